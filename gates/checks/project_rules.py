@@ -1,0 +1,145 @@
+"""Checks of one contract against the project around it: bound tests, markers, evidence."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+from jsonschema import Draft202012Validator
+
+from gates import semver
+from gates.contract import Contract, Gate
+from gates.findings import Issue
+from gates.pytest_nodes import NodeIndex
+
+EVIDENCE_SCHEMA = Path(__file__).resolve().parents[2] / "evidence" / "schema" / "evidence.schema.json"
+
+
+def bound_tests_exist(c: Contract, nodes: NodeIndex) -> Iterator[Issue]:
+    """TEST-NOT-FOUND: each bound node id names a real test function (checked statically)."""
+    for t in c.falsification_tests:
+        if t.bound and t.test:
+            info = nodes.lookup(t.test)
+            if not info.exists:
+                yield Issue("TEST-NOT-FOUND", (*t.where, "test"), f"{t.id}: {info.reason}",
+                            at_key=False)
+
+
+def ship_blocking_marked(c: Contract, nodes: NodeIndex) -> Iterator[Issue]:
+    """SHIP-BLOCKING-MARKER: tests behind a ship-blocking gate carry the marker."""
+    for gate in c.gates:
+        if not gate.ship_blocking:
+            continue
+        for ref in gate.falsification_tests:
+            t = c.test(ref)
+            if t is None or not t.bound or not t.test:
+                continue
+            info = nodes.lookup(t.test)
+            if info.exists and "ship_blocking" not in info.markers:
+                yield Issue("SHIP-BLOCKING-MARKER", (*t.where, "test"),
+                            f"{t.test} backs ship-blocking {gate.id} but is not marked "
+                            "ship_blocking", at_key=False)
+
+
+@cache
+def evidence_validator() -> Draft202012Validator:
+    schema = json.loads(EVIDENCE_SCHEMA.read_text(encoding="utf-8"))
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+def expected_evidence_path(contract_id: str, gate_id: str) -> str:
+    return f"evidence/{contract_id}/{gate_id}.json"
+
+
+def evidence_agrees(c: Contract, root: Path) -> Iterator[Issue]:
+    """EVIDENCE-*: a gate's status is what its evidence file shows, and nothing more."""
+    for gate in c.gates:
+        yield from _gate_evidence(c, gate, root)
+
+
+def _gate_evidence(c: Contract, gate: Gate, root: Path) -> Iterator[Issue]:
+    needs = gate.status in ("PASS", "PARTIAL", "FAIL")
+    if gate.evidence is None:
+        if needs:
+            yield Issue("EVIDENCE-MISSING", (*gate.where, "status"),
+                        f"{gate.id} is {gate.status} but names no evidence file",
+                        f"promote with `gates promote {gate.id}` (writes "
+                        f"{expected_evidence_path(c.id, gate.id)})")
+        return
+    where = (*gate.where, "evidence")
+    expected = expected_evidence_path(c.id, gate.id)
+    if gate.evidence != expected:
+        yield Issue("EVIDENCE-PATH", where, f"{gate.id}'s evidence is {gate.evidence}",
+                    f"evidence for {gate.id} lives at {expected}", at_key=False)
+    path = root / gate.evidence
+    if not path.is_file():
+        yield Issue("EVIDENCE-MISSING", where, f"{gate.evidence} does not exist under {root}",
+                    at_key=False)
+        return
+    try:
+        evidence = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        yield Issue("EVIDENCE-INVALID", where, f"{gate.evidence} is not UTF-8 text", at_key=False)
+        return
+    except json.JSONDecodeError as exc:
+        yield Issue("EVIDENCE-INVALID", where,
+                    f"{gate.evidence}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})",
+                    at_key=False)
+        return
+    errors = sorted(evidence_validator().iter_errors(evidence), key=lambda e: list(e.path))
+    if errors:
+        first = errors[0]
+        at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.path) or "(root)"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        yield Issue("EVIDENCE-INVALID", where,
+                    f"{gate.evidence}: ${at}: {first.message}{more}", at_key=False)
+        return
+    yield from _evidence_matches(c, gate, evidence, where)
+
+
+def _evidence_matches(c: Contract, gate: Gate, ev: dict, where: tuple) -> Iterator[Issue]:
+    def mismatch(message: str) -> Issue:
+        return Issue("EVIDENCE-MISMATCH", where, f"{gate.evidence}: {message}", at_key=False)
+
+    if ev["contract"]["id"] != c.id:
+        yield mismatch(f"records contract {ev['contract']['id']}, not {c.id}")
+    if ev["gate"] != gate.id:
+        yield mismatch(f"records gate {ev['gate']}, not {gate.id}")
+    # Evidence records the contract version its promotion produced. Later minor/patch
+    # releases keep it valid; a major release (a breaking change) voids it.
+    versions = {e.version for e in c.changelog}
+    recorded, current = semver.parse(ev["contract"]["version"]), semver.parse(c.metadata.version)
+    if ev["contract"]["version"] not in versions:
+        yield mismatch(f"records contract version {ev['contract']['version']}, "
+                       "which the changelog does not list")
+    elif recorded and current and (recorded > current or recorded.major != current.major):
+        yield mismatch(f"records contract version {recorded}, incompatible with {current}")
+    if gate.status in ("PASS", "PARTIAL", "FAIL") and ev["verdict"] != gate.status:
+        yield mismatch(f"verdict is {ev['verdict']} but the gate says {gate.status}")
+    if ev["threshold"] != gate.threshold.as_dict():
+        yield mismatch(f"was measured against {ev['threshold']}, the gate now says "
+                       f"{gate.threshold.as_dict()}")
+    if set(ev["falsification_tests"]) != set(gate.falsification_tests):
+        yield mismatch(f"covers {sorted(ev['falsification_tests'])}, the gate rests on "
+                       f"{sorted(gate.falsification_tests)}")
+    measured = ev["measurements"].get(gate.threshold.metric)
+    if measured is None:
+        yield mismatch(f"has no measurement of {gate.threshold.metric}")
+        return
+    if measured["unit"] != gate.threshold.unit:
+        yield mismatch(f"measures {gate.threshold.metric} in {measured['unit']}, "
+                       f"the threshold is in {gate.threshold.unit}")
+        return
+    holds = gate.threshold.holds(measured["value"])
+    if ev["verdict"] in ("PASS", "PARTIAL") and not holds:
+        yield mismatch(f"verdict {ev['verdict']} but {gate.threshold.metric} = "
+                       f"{measured['value']:g} misses {gate.threshold}")
+
+
+def all_issues(c: Contract, root: Path, nodes: NodeIndex) -> Iterator[Issue]:
+    yield from bound_tests_exist(c, nodes)
+    yield from ship_blocking_marked(c, nodes)
+    yield from evidence_agrees(c, root)

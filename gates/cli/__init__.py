@@ -1,0 +1,1 @@
+"""Command-line entry points: `pv` (contracts) and `gates` (gates and evidence)."""

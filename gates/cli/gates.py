@@ -1,0 +1,114 @@
+"""`gates` — inspect gates and their evidence. `gates list`, `gates show GATE-…`.
+
+Promotion, demotion and the mutation audit arrive with the gates-and-evidence work;
+until then a gate's status changes only through those commands, never by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from gates import __version__, exit_codes
+from gates.cli.common import UsageError, default_contracts, run_guarded
+from gates.contract import SHIP_STATUSES, Contract, Gate
+from gates.render import render
+from gates.schema import did_you_mean
+from gates.validate import validate
+
+
+def _load(files: list[Path], debug: bool) -> list[Contract]:
+    result = validate(files or default_contracts(), debug=debug)
+    if result.unreadable:
+        raise UsageError("; ".join(result.unreadable))
+    if result.report.errors:
+        print(render(result.report, "text"), file=sys.stderr)
+        raise UsageError("contracts do not validate; run `pv validate` and fix them first")
+    return result.contracts
+
+
+def find_gate(contracts: list[Contract], gate_id: str) -> tuple[Contract, Gate]:
+    for c in contracts:
+        gate = c.gate(gate_id)
+        if gate is not None:
+            return c, gate
+    all_ids = [g.id for c in contracts for g in c.gates]
+    guess = did_you_mean(gate_id, all_ids)
+    raise UsageError(f"unknown gate {gate_id}" + (f"; did you mean {guess}?" if guess else ""))
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    contracts = _load(args.files, args.debug)
+    if args.contract and args.contract not in {c.id for c in contracts}:
+        guess = did_you_mean(args.contract, [c.id for c in contracts])
+        raise UsageError(f"unknown contract {args.contract}"
+                         + (f"; did you mean {guess}?" if guess else ""))
+    rows = [(c, g) for c in contracts for g in c.gates
+            if (not args.contract or c.id == args.contract)
+            and (not args.status or g.status == args.status)]
+    for c, g in rows:
+        flag = "ship-blocking" if g.ship_blocking else "-"
+        print(f"{g.id:<26} {g.status:<8} {flag:<13} {c.id:<24} {g.threshold}")
+    return exit_codes.OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    contracts = _load(args.files, args.debug)
+    c, g = find_gate(contracts, args.gate)
+    history = [e for e in c.changelog if g.id in e.text]
+    info = {
+        "gate": g.id, "contract": c.id, "contract_version": c.metadata.version,
+        "status": g.status, "ship_blocking": g.ship_blocking, "rule": g.rule,
+        "threshold": g.threshold.as_dict(),
+        "falsification_tests": [
+            {"id": t.id, "status": t.status, "test": t.test,
+             "mutants": [m.id for m in t.mutants]}
+            for t in (c.test(ref) for ref in g.falsification_tests) if t is not None
+        ],
+        "evidence": g.evidence, "partial_note": g.partial_note, "blocks_on": list(g.blocks_on),
+        "history": [{"version": e.version, "date": e.date, "text": e.text} for e in history],
+    }
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return exit_codes.OK
+    print(f"{g.id}  [{g.status}]{'  ship-blocking' if g.ship_blocking else ''}")
+    print(f"  contract:  {c.id} {c.metadata.version} ({c.path})")
+    print(f"  rule:      {' '.join(g.rule.split())}")
+    print(f"  threshold: {g.threshold}")
+    for t in info["falsification_tests"]:
+        print(f"  test:      {t['id']} [{t['status']}] {t['test'] or ''}")
+    print(f"  evidence:  {g.evidence or 'none'}")
+    for item in g.blocks_on:
+        print(f"  blocks on: {item}")
+    for e in history:
+        print(f"  history:   {e.version} {e.date}: {' '.join(e.text.split())}")
+    return exit_codes.OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gates", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"gates {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("list", help="list gates, optionally by contract or status")
+    p.add_argument("--contract", metavar="C", help="only this contract id")
+    p.add_argument("--status", choices=SHIP_STATUSES, help="only gates with this status")
+    p.add_argument("--files", nargs="*", type=Path, default=[], help="contracts (default: all)")
+    p.set_defaults(run=cmd_list)
+    p = sub.add_parser("show", help="show one gate: rule, threshold, tests, evidence, history")
+    p.add_argument("gate", metavar="GATE")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--files", nargs="*", type=Path, default=[], help="contracts (default: all)")
+    p.set_defaults(run=cmd_show)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_guarded("gates", lambda: args.run(args), args.debug)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

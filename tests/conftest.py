@@ -1,0 +1,31 @@
+"""Shared test set-up: Hypothesis profiles and paths.
+
+Profiles: ``ci`` (derandomized, no deadline; loaded when $CI is set) and ``dev``
+(random, fewer examples). Choose explicitly with HYPOTHESIS_PROFILE=ci|dev.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", derandomize=True, deadline=None, database=None, print_blob=True, max_examples=100,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", deadline=None, max_examples=40)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE_PROJECT = ROOT / "tests" / "fixtures" / "pv_project"
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return ROOT
+
+
+@pytest.fixture
+def fixture_project() -> Path:
+    return FIXTURE_PROJECT

@@ -1,0 +1,62 @@
+"""`trainer` — the reference trainer's command line.
+
+Subcommands land with their components (tokenizer, data, plan, apply, export, inspect);
+`trainer env` reports what the trainer would run on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+
+from trainer import __version__
+
+
+def environment() -> dict:
+    """Python, torch and device facts; torch is imported here, never at CLI start-up."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {
+        "trainer": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda_build": torch.version.cuda,
+        "device": "cuda" if cuda else "cpu",
+        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        if cuda else [],
+        "cpu_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    env = environment()
+    if args.json:
+        print(json.dumps(env, indent=2))
+    else:
+        for key, value in env.items():
+            print(f"{key:<17} {value}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trainer", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"trainer {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("env", help="report Python, torch and the device training would use")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_env)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -28,7 +28,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check gates trainer tools
+	$(BIN)/ruff format --check gates trainer tools tests
 
 test: $(STAMP) lint
 	$(BIN)/pv validate contracts/*.yaml

@@ -65,8 +65,12 @@ class Threshold:
         }[self.comparator]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"metric": self.metric, "comparator": self.comparator, "value": self.value,
-                "unit": self.unit}
+        return {
+            "metric": self.metric,
+            "comparator": self.comparator,
+            "value": self.value,
+            "unit": self.unit,
+        }
 
     def __str__(self) -> str:
         return f"{self.metric} {self.comparator} {self.value:g} {self.unit}"
@@ -132,32 +136,53 @@ class Contract:
         return cls(
             path=path,
             metadata=Metadata(
-                id=md["id"], version=md["version"], status=md["status"], kind=md["kind"],
-                created=md["created"], updated=md["updated"], description=md["description"],
+                id=md["id"],
+                version=md["version"],
+                status=md["status"],
+                kind=md["kind"],
+                created=md["created"],
+                updated=md["updated"],
+                description=md["description"],
                 references=tuple(md.get("references", ())),
                 depends_on=tuple(md.get("depends_on", ())),
             ),
             invariants=tuple(
-                Invariant(i["id"], i["statement"], i.get("formula"), tuple(i["falsified_by"]),
-                          ("invariants", n))
+                Invariant(
+                    i["id"],
+                    i["statement"],
+                    i.get("formula"),
+                    tuple(i["falsified_by"]),
+                    ("invariants", n),
+                )
                 for n, i in enumerate(data["invariants"])
             ),
             falsification_tests=tuple(
                 FalsificationTest(
-                    t["id"], t["rule"], t["prediction"], t["status"], t.get("test"),
+                    t["id"],
+                    t["rule"],
+                    t["prediction"],
+                    t["status"],
+                    t.get("test"),
                     t["if_fails"],
-                    tuple(Mutant(m["id"], m["description"],
-                                 ("falsification_tests", n, "mutants", k))
-                          for k, m in enumerate(t.get("mutants", ()))),
+                    tuple(
+                        Mutant(m["id"], m["description"], ("falsification_tests", n, "mutants", k))
+                        for k, m in enumerate(t.get("mutants", ()))
+                    ),
                     ("falsification_tests", n),
                 )
                 for n, t in enumerate(data["falsification_tests"])
             ),
             gates=tuple(
                 Gate(
-                    g["id"], g["rule"], tuple(g["falsification_tests"]),
-                    Threshold(**g["threshold"]), g["ship_blocking"], g["status"],
-                    g.get("evidence"), g.get("partial_note"), tuple(g.get("blocks_on", ())),
+                    g["id"],
+                    g["rule"],
+                    tuple(g["falsification_tests"]),
+                    Threshold(**g["threshold"]),
+                    g["ship_blocking"],
+                    g["status"],
+                    g.get("evidence"),
+                    g.get("partial_note"),
+                    tuple(g.get("blocks_on", ())),
                     ("gates", n),
                 )
                 for n, g in enumerate(data["gates"])

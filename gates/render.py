@@ -34,8 +34,11 @@ def render_json(report: Report) -> str:
         {
             "files": report.files,
             "findings": [f.to_json() for f in report.sorted()],
-            "summary": {"files": len(report.files), "errors": len(report.errors),
-                        "warnings": len(report.warnings)},
+            "summary": {
+                "files": len(report.files),
+                "errors": len(report.errors),
+                "warnings": len(report.warnings),
+            },
         },
         indent=2,
     )

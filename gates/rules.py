@@ -7,10 +7,10 @@ table is the one place where severities and hints live, so ``pv rules`` and the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class Severity(str, Enum):
+class Severity(StrEnum):
     ERROR = "error"
     WARNING = "warning"
 
@@ -30,84 +30,205 @@ RULES: dict[str, Rule] = {
     for r in [
         # Reading the file.
         Rule("FILE-EMPTY", _E, "the file holds no YAML document", "write a contract mapping"),
-        Rule("FILE-BINARY", _E, "the file is binary, not YAML text", "point pv at a .yaml contract"),
+        Rule(
+            "FILE-BINARY", _E, "the file is binary, not YAML text", "point pv at a .yaml contract"
+        ),
         Rule("FILE-ENCODING", _E, "the file is not valid UTF-8", "re-save the file as UTF-8"),
-        Rule("FILE-TOO-LARGE", _E, "the file exceeds the contract size limit",
-             "split the contract; contracts are kilobytes, not megabytes"),
+        Rule(
+            "FILE-TOO-LARGE",
+            _E,
+            "the file exceeds the contract size limit",
+            "split the contract; contracts are kilobytes, not megabytes",
+        ),
         Rule("YAML-SYNTAX", _E, "the YAML does not parse", "fix the syntax at the position shown"),
-        Rule("YAML-TAB", _E, "a tab character is used for indentation",
-             "indent YAML with spaces only"),
+        Rule(
+            "YAML-TAB",
+            _E,
+            "a tab character is used for indentation",
+            "indent YAML with spaces only",
+        ),
         Rule("YAML-DUPLICATE-KEY", _E, "a mapping repeats a key", "keep one of the two keys"),
-        Rule("YAML-ALIAS", _E, "YAML anchors/aliases are not allowed in contracts",
-             "write the value out in full; aliases hide what a contract says"),
+        Rule(
+            "YAML-ALIAS",
+            _E,
+            "YAML anchors/aliases are not allowed in contracts",
+            "write the value out in full; aliases hide what a contract says",
+        ),
         # Shape (JSON Schema).
         Rule("SCHEMA-TYPE", _E, "a value has the wrong type", "use the type the schema names"),
         Rule("SCHEMA-REQUIRED", _E, "a required key is missing", "add the key"),
-        Rule("SCHEMA-UNKNOWN-KEY", _E, "a key the contract format does not define",
-             "remove it or fix its spelling"),
+        Rule(
+            "SCHEMA-UNKNOWN-KEY",
+            _E,
+            "a key the contract format does not define",
+            "remove it or fix its spelling",
+        ),
         Rule("SCHEMA-ENUM", _E, "a value outside the allowed set", "use one of the listed values"),
         Rule("SCHEMA-EMPTY-TEXT", _E, "a text field is blank", "write the text"),
-        Rule("SCHEMA-VIOLATION", _E, "the value breaks the contract schema",
-             "see contracts/schema/contract.schema.json"),
-        Rule("ID-FORMAT", _E, "an id does not follow its pattern",
-             "ids look like C-NAME, INV-NAME-001, FALSIFY-NAME-001, GATE-NAME-001, mutant-name"),
-        Rule("TEST-NODE-FORMAT", _E, "a test binding is not a pytest node id",
-             "write tests/path/test_file.py::test_name (or ::Class::test_name)"),
-        Rule("TEST-BINDING", _E, "a planned falsification test names a test",
-             "set status: bound when the test exists, or drop `test:`"),
-        Rule("EVIDENCE-PATH", _E, "an evidence path is not evidence/<contract-id>/<GATE-ID>.json",
-             "store evidence at evidence/<contract-id>/<GATE-ID>.json"),
+        Rule(
+            "SCHEMA-VIOLATION",
+            _E,
+            "the value breaks the contract schema",
+            "see contracts/schema/contract.schema.json",
+        ),
+        Rule(
+            "ID-FORMAT",
+            _E,
+            "an id does not follow its pattern",
+            "ids look like C-NAME, INV-NAME-001, FALSIFY-NAME-001, GATE-NAME-001, mutant-name",
+        ),
+        Rule(
+            "TEST-NODE-FORMAT",
+            _E,
+            "a test binding is not a pytest node id",
+            "write tests/path/test_file.py::test_name (or ::Class::test_name)",
+        ),
+        Rule(
+            "TEST-BINDING",
+            _E,
+            "a planned falsification test names a test",
+            "set status: bound when the test exists, or drop `test:`",
+        ),
+        Rule(
+            "EVIDENCE-PATH",
+            _E,
+            "an evidence path is not evidence/<contract-id>/<GATE-ID>.json",
+            "store evidence at evidence/<contract-id>/<GATE-ID>.json",
+        ),
         # Versions and dates.
-        Rule("VERSION-SEMVER", _E, "a version is not semantic versioning (MAJOR.MINOR.PATCH)",
-             "write e.g. 1.2.0"),
-        Rule("VERSION-FILENAME", _E, "the file name's -vN suffix disagrees with the major version",
-             "rename the file or fix metadata.version"),
+        Rule(
+            "VERSION-SEMVER",
+            _E,
+            "a version is not semantic versioning (MAJOR.MINOR.PATCH)",
+            "write e.g. 1.2.0",
+        ),
+        Rule(
+            "VERSION-FILENAME",
+            _E,
+            "the file name's -vN suffix disagrees with the major version",
+            "rename the file or fix metadata.version",
+        ),
         Rule("DATE-FORMAT", _E, "a date is not a real YYYY-MM-DD date", "write e.g. 2026-11-22"),
         Rule("DATE-FUTURE", _E, "a date lies in the future", "use the date the change was made"),
-        Rule("DATE-ORDER", _E, "metadata.updated is before metadata.created",
-             "updated must be on or after created"),
-        Rule("CHANGELOG-ORDER", _E, "the changelog is not newest first",
-             "list entries newest first, versions strictly decreasing"),
-        Rule("CHANGELOG-VERSION", _E, "the newest changelog entry is not metadata.version",
-             "add a changelog entry for the current version"),
-        Rule("CHANGELOG-GAP", _E, "the changelog skips a version",
-             "each entry must be the next patch, minor or major release of the one below it"),
-        Rule("CHANGELOG-DATE", _E, "changelog dates disagree with each other or with metadata",
-             "dates go newest first; the newest is metadata.updated; none before created"),
+        Rule(
+            "DATE-ORDER",
+            _E,
+            "metadata.updated is before metadata.created",
+            "updated must be on or after created",
+        ),
+        Rule(
+            "CHANGELOG-ORDER",
+            _E,
+            "the changelog is not newest first",
+            "list entries newest first, versions strictly decreasing",
+        ),
+        Rule(
+            "CHANGELOG-VERSION",
+            _E,
+            "the newest changelog entry is not metadata.version",
+            "add a changelog entry for the current version",
+        ),
+        Rule(
+            "CHANGELOG-GAP",
+            _E,
+            "the changelog skips a version",
+            "each entry must be the next patch, minor or major release of the one below it",
+        ),
+        Rule(
+            "CHANGELOG-DATE",
+            _E,
+            "changelog dates disagree with each other or with metadata",
+            "dates go newest first; the newest is metadata.updated; none before created",
+        ),
         # Ids and references.
         Rule("ID-DUPLICATE", _E, "an id is defined twice", "ids are unique across all contracts"),
-        Rule("REF-DANGLING", _E, "a reference names an id that is not defined",
-             "define the id or fix the reference"),
-        Rule("DEPENDS-CYCLE", _E, "contracts depend on each other in a cycle",
-             "break the cycle in metadata.depends_on"),
+        Rule(
+            "REF-DANGLING",
+            _E,
+            "a reference names an id that is not defined",
+            "define the id or fix the reference",
+        ),
+        Rule(
+            "DEPENDS-CYCLE",
+            _E,
+            "contracts depend on each other in a cycle",
+            "break the cycle in metadata.depends_on",
+        ),
         # Tests, markers, gates, evidence.
-        Rule("TEST-NOT-FOUND", _E, "a bound pytest node id does not exist",
-             "fix the node id or write the test"),
-        Rule("SHIP-BLOCKING-MARKER", _E,
-             "a test bound to a ship-blocking gate lacks @pytest.mark.ship_blocking",
-             "mark the test (or its class/module) with pytest.mark.ship_blocking"),
-        Rule("GATE-UNBOUND-TEST", _E, "a PASS/PARTIAL gate rests on a planned test",
-             "bind the test before promoting the gate"),
-        Rule("GATE-PARTIAL-NOTE", _E, "a PARTIAL gate lacks partial_note and blocks_on",
-             "say what is and is not discharged, and what full discharge waits for"),
-        Rule("EVIDENCE-MISSING", _E, "a PASS/PARTIAL/FAIL gate has no evidence file",
-             "promote the gate with `gates promote`, which writes the evidence"),
-        Rule("EVIDENCE-INVALID", _E, "an evidence file is not valid evidence JSON",
-             "regenerate it with `gates promote`; see evidence/schema/evidence.schema.json"),
-        Rule("EVIDENCE-MISMATCH", _E, "an evidence file disagrees with its contract",
-             "re-run `gates promote` or fix the gate to say what the evidence shows"),
+        Rule(
+            "TEST-NOT-FOUND",
+            _E,
+            "a bound pytest node id does not exist",
+            "fix the node id or write the test",
+        ),
+        Rule(
+            "SHIP-BLOCKING-MARKER",
+            _E,
+            "a test bound to a ship-blocking gate lacks @pytest.mark.ship_blocking",
+            "mark the test (or its class/module) with pytest.mark.ship_blocking",
+        ),
+        Rule(
+            "GATE-UNBOUND-TEST",
+            _E,
+            "a PASS/PARTIAL gate rests on a planned test",
+            "bind the test before promoting the gate",
+        ),
+        Rule(
+            "GATE-PARTIAL-NOTE",
+            _E,
+            "a PARTIAL gate lacks partial_note and blocks_on",
+            "say what is and is not discharged, and what full discharge waits for",
+        ),
+        Rule(
+            "EVIDENCE-MISSING",
+            _E,
+            "a PASS/PARTIAL/FAIL gate has no evidence file",
+            "promote the gate with `gates promote`, which writes the evidence",
+        ),
+        Rule(
+            "EVIDENCE-INVALID",
+            _E,
+            "an evidence file is not valid evidence JSON",
+            "regenerate it with `gates promote`; see evidence/schema/evidence.schema.json",
+        ),
+        Rule(
+            "EVIDENCE-MISMATCH",
+            _E,
+            "an evidence file disagrees with its contract",
+            "re-run `gates promote` or fix the gate to say what the evidence shows",
+        ),
         # Style (warnings never fail a run).
-        Rule("STYLE-FILENAME", _W, "the file name does not end in -v<major>.yaml",
-             "name contracts like training-loop-v1.yaml"),
-        Rule("STYLE-ORPHAN-TEST", _W, "a falsification test attacks no invariant and backs no gate",
-             "reference it from an invariant's falsified_by or a gate"),
-        Rule("STYLE-NO-MUTANTS", _W, "a bound falsification test names no mutants",
-             "name the known bugs the test exists to catch"),
-        Rule("STYLE-UNGATED-INVARIANT", _W, "no gate rests on any test of this invariant",
-             "add a gate so the invariant can block a ship"),
+        Rule(
+            "STYLE-FILENAME",
+            _W,
+            "the file name does not end in -v<major>.yaml",
+            "name contracts like training-loop-v1.yaml",
+        ),
+        Rule(
+            "STYLE-ORPHAN-TEST",
+            _W,
+            "a falsification test attacks no invariant and backs no gate",
+            "reference it from an invariant's falsified_by or a gate",
+        ),
+        Rule(
+            "STYLE-NO-MUTANTS",
+            _W,
+            "a bound falsification test names no mutants",
+            "name the known bugs the test exists to catch",
+        ),
+        Rule(
+            "STYLE-UNGATED-INVARIANT",
+            _W,
+            "no gate rests on any test of this invariant",
+            "add a gate so the invariant can block a ship",
+        ),
         # The tool itself.
-        Rule("PV-INTERNAL", _E, "pv failed on this file (a bug in pv)",
-             "re-run with --debug and report the traceback"),
+        Rule(
+            "PV-INTERNAL",
+            _E,
+            "pv failed on this file (a bug in pv)",
+            "re-run with --debug and report the traceback",
+        ),
     ]
 }
 

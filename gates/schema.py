@@ -46,8 +46,13 @@ def did_you_mean(word: str, choices: list[str]) -> str | None:
 
 def _type_name(value: Any) -> str:
     return {
-        dict: "a mapping", list: "a list", str: "a string", bool: "a boolean",
-        int: "an integer", float: "a number", type(None): "null",
+        dict: "a mapping",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        type(None): "null",
     }.get(type(value), type(value).__name__)
 
 
@@ -68,20 +73,28 @@ def _issues_for(error: ValidationError) -> Iterator[Issue]:
         match = re.match(r"^'(.+)' is a required property$", error.message)
         missing = match.group(1) if match else str(error.validator_value)
         what = json_where(where)
-        yield Issue(rule_id, where, f"missing required key `{missing}` in {what}",
-                    f"add `{missing}:` to {what}")
+        yield Issue(
+            rule_id,
+            where,
+            f"missing required key `{missing}` in {what}",
+            f"add `{missing}:` to {what}",
+        )
         return
     if keyword in ("enum", "const"):
         allowed = error.validator_value if keyword == "enum" else [error.validator_value]
         guess = did_you_mean(str(error.instance), [str(a) for a in allowed])
         hint = f"did you mean `{guess}`?" if guess else None
-        yield Issue(rule_id, where, f"{error.instance!r} is not one of {allowed}", hint,
-                    at_key=False)
+        yield Issue(
+            rule_id, where, f"{error.instance!r} is not one of {allowed}", hint, at_key=False
+        )
         return
     if keyword == "type":
-        yield Issue(rule_id, where,
-                    f"expected {error.validator_value}, found {_type_name(error.instance)}",
-                    at_key=False)
+        yield Issue(
+            rule_id,
+            where,
+            f"expected {error.validator_value}, found {_type_name(error.instance)}",
+            at_key=False,
+        )
         return
     if keyword == "not" and rule_id == "TEST-BINDING":
         yield Issue(rule_id, (*where, "test"), rule(rule_id).summary)

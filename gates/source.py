@@ -22,6 +22,10 @@ from gates.findings import DocPath
 
 #: Contracts are kilobytes; anything this large is a mistake, and parsing it wastes CI time.
 MAX_SOURCE_BYTES = 2 * 1024 * 1024
+#: ruamel's scanner is quadratic in nesting depth (5000 nested `[` take ~30 s); contracts
+#: nest a handful of levels, so deeper input is refused before ruamel sees it.
+MAX_FLOW_DEPTH = 64
+MAX_INDENT = 256
 
 
 class SourceError(Exception):
@@ -32,7 +36,7 @@ class SourceError(Exception):
         self.rule, self.message, self.line, self.column = rule, message, line, column
 
 
-class UnreadablePath(Exception):
+class UnreadablePathError(Exception):
     """The path is missing, a directory, or not readable: a usage/I-O error (exit 2)."""
 
 
@@ -92,8 +96,10 @@ def _decode(raw: bytes) -> str:
         line, col = _line_col_of_offset(raw[: exc.start].decode("utf-8", "replace"), exc.start)
         # The column counts bytes decoded so far; good enough to find the bad byte.
         raise SourceError(
-            "FILE-ENCODING", f"byte 0x{raw[exc.start]:02x} at offset {exc.start} is not UTF-8",
-            line, col,
+            "FILE-ENCODING",
+            f"byte 0x{raw[exc.start]:02x} at offset {exc.start} is not UTF-8",
+            line,
+            col,
         ) from None
     return text.removeprefix("\ufeff")
 
@@ -107,14 +113,45 @@ def _check_tabs(text: str) -> None:
             )
 
 
+def _check_nesting(text: str) -> None:
+    """Linear guard against pathological nesting. Brackets inside quoted text may be
+    miscounted; that only matters past MAX_FLOW_DEPTH, which no real contract reaches."""
+    depth = 0
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        indent = len(line) - len(line.lstrip(" "))
+        if indent > MAX_INDENT:
+            raise SourceError(
+                "YAML-SYNTAX",
+                f"indented {indent} columns (limit {MAX_INDENT}): nesting too deep for a contract",
+                lineno,
+                1,
+            )
+        for col, ch in enumerate(line, start=1):
+            if ch == "#" and (col == 1 or line[col - 2] in " \t"):
+                break
+            if ch in "[{":
+                depth += 1
+                if depth > MAX_FLOW_DEPTH:
+                    raise SourceError(
+                        "YAML-SYNTAX",
+                        f"flow collections nested deeper than {MAX_FLOW_DEPTH}",
+                        lineno,
+                        col,
+                    )
+            elif ch in "]}":
+                depth = max(0, depth - 1)
+
+
 def _check_aliases(text: str) -> None:
     # Scan events before composing: linear in the text, so an alias bomb costs nothing.
     for event in _yaml().parse(text):
         if isinstance(event, AliasEvent):
             mark = event.start_mark
             raise SourceError(
-                "YAML-ALIAS", f"alias *{event.anchor} refers to an anchor",
-                mark.line + 1, mark.column + 1,
+                "YAML-ALIAS",
+                f"alias *{event.anchor} refers to an anchor",
+                mark.line + 1,
+                mark.column + 1,
             )
 
 
@@ -136,11 +173,11 @@ def to_plain(node: Any) -> Any:
 
 
 def read_yaml(path: Path) -> YamlSource:
-    """Read and parse one YAML file; raises :class:`SourceError` or :class:`UnreadablePath`."""
+    """Read and parse one YAML file; raises :class:`SourceError` or :class:`UnreadablePathError`."""
     if not path.exists():
-        raise UnreadablePath(f"{path}: no such file")
+        raise UnreadablePathError(f"{path}: no such file")
     if path.is_dir():
-        raise UnreadablePath(f"{path}: is a directory, not a contract file")
+        raise UnreadablePathError(f"{path}: is a directory, not a contract file")
     try:
         size = path.stat().st_size
         if size > MAX_SOURCE_BYTES:
@@ -149,11 +186,12 @@ def read_yaml(path: Path) -> YamlSource:
             )
         raw = path.read_bytes()
     except OSError as exc:
-        raise UnreadablePath(f"{path}: {exc.strerror or exc}") from None
+        raise UnreadablePathError(f"{path}: {exc.strerror or exc}") from None
     text = _decode(raw)
     if not text.strip():
         raise SourceError("FILE-EMPTY", "empty file")
     _check_tabs(text)
+    _check_nesting(text)
     try:
         _check_aliases(text)
         tree = _yaml().load(text)

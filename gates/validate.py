@@ -17,7 +17,7 @@ from gates.contract import Contract
 from gates.findings import Finding, Issue, Report, make_finding
 from gates.pytest_nodes import NodeIndex
 from gates.schema import schema_issues
-from gates.source import SourceError, UnreadablePath, YamlSource, read_yaml
+from gates.source import SourceError, UnreadablePathError, YamlSource, read_yaml
 
 
 def find_root(path: Path) -> Path:
@@ -45,7 +45,7 @@ def _sibling_contract_ids(paths: Iterable[Path], given: set[Path]) -> set[str]:
                 continue
             try:
                 md = read_yaml(sibling).data.get("metadata", {})
-            except (SourceError, UnreadablePath, AttributeError):
+            except (SourceError, UnreadablePathError, AttributeError):
                 continue
             if isinstance(md, dict) and isinstance(md.get("id"), str):
                 ids.add(md["id"])
@@ -53,7 +53,10 @@ def _sibling_contract_ids(paths: Iterable[Path], given: set[Path]) -> set[str]:
 
 
 def validate(
-    paths: list[Path], *, root: Path | None = None, today: dt.date | None = None,
+    paths: list[Path],
+    *,
+    root: Path | None = None,
+    today: dt.date | None = None,
     debug: bool = False,
 ) -> Validation:
     """Validate contract files; never raises on bad content (only with ``debug`` on bugs)."""
@@ -66,13 +69,14 @@ def validate(
         display = str(path)
         try:
             source = read_yaml(path)
-        except UnreadablePath as exc:
+        except UnreadablePathError as exc:
             result.unreadable.append(str(exc))
             continue
         except SourceError as exc:
             result.report.files.append(display)
-            result.report.extend([make_finding(Issue(exc.rule, (), exc.message), display,
-                                               exc.line, exc.column)])
+            result.report.extend(
+                [make_finding(Issue(exc.rule, (), exc.message), display, exc.line, exc.column)]
+            )
             continue
         result.report.files.append(display)
         try:
@@ -80,8 +84,14 @@ def validate(
         except Exception as exc:
             if debug:
                 raise
-            findings, contract = [make_finding(
-                Issue("PV-INTERNAL", (), f"{type(exc).__name__}: {exc}"), display, 1, 1)], None
+            findings, contract = (
+                [
+                    make_finding(
+                        Issue("PV-INTERNAL", (), f"{type(exc).__name__}: {exc}"), display, 1, 1
+                    )
+                ],
+                None,
+            )
         result.report.extend(findings)
         if contract is not None:
             result.contracts.append(contract)

@@ -1,7 +1,7 @@
 """Shared test set-up: Hypothesis profiles and paths.
 
-Profiles: ``ci`` (derandomized, no deadline; loaded when $CI is set) and ``dev``
-(random, fewer examples). Choose explicitly with HYPOTHESIS_PROFILE=ci|dev.
+Profiles: ``ci`` (derandomized, no deadline; loaded when $CI is set), ``dev``
+(random, fewer examples) and ``stress`` (2000 examples). Choose with HYPOTHESIS_PROFILE.
 """
 
 import os
@@ -11,10 +11,17 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
-    "ci", derandomize=True, deadline=None, database=None, print_blob=True, max_examples=100,
+    "ci",
+    derandomize=True,
+    deadline=None,
+    database=None,
+    print_blob=True,
+    max_examples=100,
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", deadline=None, max_examples=40)
+# Long local hunts for counterexamples; never used by CI.
+settings.register_profile("stress", deadline=None, max_examples=2000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 ROOT = Path(__file__).resolve().parent.parent

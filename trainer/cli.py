@@ -17,7 +17,7 @@ from trainer import __version__
 
 def environment() -> dict:
     """Python, torch and device facts; torch is imported here, never at CLI start-up."""
-    import torch
+    import torch  # noqa: PLC0415 - keep torch out of CLI start-up
 
     cuda = torch.cuda.is_available()
     return {
@@ -27,7 +27,8 @@ def environment() -> dict:
         "torch_cuda_build": torch.version.cuda,
         "device": "cuda" if cuda else "cpu",
         "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        if cuda else [],
+        if cuda
+        else [],
         "cpu_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
     }

@@ -23,8 +23,7 @@ def global_duplicate_ids(contracts: list[Contract]) -> Iterator[tuple[Contract, 
         for id_, where in items:
             if id_ in first and first[id_][0] is not c and id_ not in local:
                 other = first[id_][0]
-                yield c, Issue("ID-DUPLICATE", where,
-                               f"`{id_}` is already defined in {other.path}")
+                yield c, Issue("ID-DUPLICATE", where, f"`{id_}` is already defined in {other.path}")
             first.setdefault(id_, (c, where))
             local.add(id_)
 
@@ -36,12 +35,22 @@ def dangling_dependencies(
     for c in contracts:
         for k, dep in enumerate(c.metadata.depends_on):
             if dep == c.id:
-                yield c, Issue("REF-DANGLING", ("metadata", "depends_on", k),
-                               f"{c.id} depends on itself")
+                yield (
+                    c,
+                    Issue(
+                        "REF-DANGLING", ("metadata", "depends_on", k), f"{c.id} depends on itself"
+                    ),
+                )
             elif dep not in known_ids:
-                yield c, Issue("REF-DANGLING", ("metadata", "depends_on", k),
-                               f"{c.id} depends on `{dep}`, which no contract defines "
-                               "(looked in the files given and their directories)")
+                yield (
+                    c,
+                    Issue(
+                        "REF-DANGLING",
+                        ("metadata", "depends_on", k),
+                        f"{c.id} depends on `{dep}`, which no contract defines "
+                        "(looked in the files given and their directories)",
+                    ),
+                )
 
 
 def dependency_cycles(contracts: list[Contract]) -> Iterator[tuple[Contract, Issue]]:
@@ -63,7 +72,13 @@ def dependency_cycles(contracts: list[Contract]) -> Iterator[tuple[Contract, Iss
                         reported.add(cycle)
                         c = by_id[start]
                         k = c.metadata.depends_on.index(trail[1] if len(trail) > 1 else start)
-                        yield c, Issue("DEPENDS-CYCLE", ("metadata", "depends_on", k),
-                                       "dependency cycle: " + " → ".join([*trail, start]))
+                        yield (
+                            c,
+                            Issue(
+                                "DEPENDS-CYCLE",
+                                ("metadata", "depends_on", k),
+                                "dependency cycle: " + " → ".join([*trail, start]),
+                            ),
+                        )
                 elif nxt not in trail and nxt in graph:
                     stack.append((nxt, [*trail, nxt]))

@@ -14,7 +14,9 @@ from gates.contract import Contract, Gate
 from gates.findings import Issue
 from gates.pytest_nodes import NodeIndex
 
-EVIDENCE_SCHEMA = Path(__file__).resolve().parents[2] / "evidence" / "schema" / "evidence.schema.json"
+EVIDENCE_SCHEMA = (
+    Path(__file__).resolve().parents[2] / "evidence" / "schema" / "evidence.schema.json"
+)
 
 
 def bound_tests_exist(c: Contract, nodes: NodeIndex) -> Iterator[Issue]:
@@ -23,8 +25,9 @@ def bound_tests_exist(c: Contract, nodes: NodeIndex) -> Iterator[Issue]:
         if t.bound and t.test:
             info = nodes.lookup(t.test)
             if not info.exists:
-                yield Issue("TEST-NOT-FOUND", (*t.where, "test"), f"{t.id}: {info.reason}",
-                            at_key=False)
+                yield Issue(
+                    "TEST-NOT-FOUND", (*t.where, "test"), f"{t.id}: {info.reason}", at_key=False
+                )
 
 
 def ship_blocking_marked(c: Contract, nodes: NodeIndex) -> Iterator[Issue]:
@@ -38,9 +41,12 @@ def ship_blocking_marked(c: Contract, nodes: NodeIndex) -> Iterator[Issue]:
                 continue
             info = nodes.lookup(t.test)
             if info.exists and "ship_blocking" not in info.markers:
-                yield Issue("SHIP-BLOCKING-MARKER", (*t.where, "test"),
-                            f"{t.test} backs ship-blocking {gate.id} but is not marked "
-                            "ship_blocking", at_key=False)
+                yield Issue(
+                    "SHIP-BLOCKING-MARKER",
+                    (*t.where, "test"),
+                    f"{t.test} backs ship-blocking {gate.id} but is not marked ship_blocking",
+                    at_key=False,
+                )
 
 
 @cache
@@ -64,20 +70,29 @@ def _gate_evidence(c: Contract, gate: Gate, root: Path) -> Iterator[Issue]:
     needs = gate.status in ("PASS", "PARTIAL", "FAIL")
     if gate.evidence is None:
         if needs:
-            yield Issue("EVIDENCE-MISSING", (*gate.where, "status"),
-                        f"{gate.id} is {gate.status} but names no evidence file",
-                        f"promote with `gates promote {gate.id}` (writes "
-                        f"{expected_evidence_path(c.id, gate.id)})")
+            yield Issue(
+                "EVIDENCE-MISSING",
+                (*gate.where, "status"),
+                f"{gate.id} is {gate.status} but names no evidence file",
+                f"promote with `gates promote {gate.id}` (writes "
+                f"{expected_evidence_path(c.id, gate.id)})",
+            )
         return
     where = (*gate.where, "evidence")
     expected = expected_evidence_path(c.id, gate.id)
     if gate.evidence != expected:
-        yield Issue("EVIDENCE-PATH", where, f"{gate.id}'s evidence is {gate.evidence}",
-                    f"evidence for {gate.id} lives at {expected}", at_key=False)
+        yield Issue(
+            "EVIDENCE-PATH",
+            where,
+            f"{gate.id}'s evidence is {gate.evidence}",
+            f"evidence for {gate.id} lives at {expected}",
+            at_key=False,
+        )
     path = root / gate.evidence
     if not path.is_file():
-        yield Issue("EVIDENCE-MISSING", where, f"{gate.evidence} does not exist under {root}",
-                    at_key=False)
+        yield Issue(
+            "EVIDENCE-MISSING", where, f"{gate.evidence} does not exist under {root}", at_key=False
+        )
         return
     try:
         evidence = json.loads(path.read_text(encoding="utf-8"))
@@ -85,17 +100,24 @@ def _gate_evidence(c: Contract, gate: Gate, root: Path) -> Iterator[Issue]:
         yield Issue("EVIDENCE-INVALID", where, f"{gate.evidence} is not UTF-8 text", at_key=False)
         return
     except json.JSONDecodeError as exc:
-        yield Issue("EVIDENCE-INVALID", where,
-                    f"{gate.evidence}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})",
-                    at_key=False)
+        yield Issue(
+            "EVIDENCE-INVALID",
+            where,
+            f"{gate.evidence}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})",
+            at_key=False,
+        )
         return
     errors = sorted(evidence_validator().iter_errors(evidence), key=lambda e: list(e.path))
     if errors:
         first = errors[0]
         at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.path) or "(root)"
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        yield Issue("EVIDENCE-INVALID", where,
-                    f"{gate.evidence}: ${at}: {first.message}{more}", at_key=False)
+        yield Issue(
+            "EVIDENCE-INVALID",
+            where,
+            f"{gate.evidence}: ${at}: {first.message}{more}",
+            at_key=False,
+        )
         return
     yield from _evidence_matches(c, gate, evidence, where)
 
@@ -113,30 +135,39 @@ def _evidence_matches(c: Contract, gate: Gate, ev: dict, where: tuple) -> Iterat
     versions = {e.version for e in c.changelog}
     recorded, current = semver.parse(ev["contract"]["version"]), semver.parse(c.metadata.version)
     if ev["contract"]["version"] not in versions:
-        yield mismatch(f"records contract version {ev['contract']['version']}, "
-                       "which the changelog does not list")
+        yield mismatch(
+            f"records contract version {ev['contract']['version']}, "
+            "which the changelog does not list"
+        )
     elif recorded and current and (recorded > current or recorded.major != current.major):
         yield mismatch(f"records contract version {recorded}, incompatible with {current}")
     if gate.status in ("PASS", "PARTIAL", "FAIL") and ev["verdict"] != gate.status:
         yield mismatch(f"verdict is {ev['verdict']} but the gate says {gate.status}")
     if ev["threshold"] != gate.threshold.as_dict():
-        yield mismatch(f"was measured against {ev['threshold']}, the gate now says "
-                       f"{gate.threshold.as_dict()}")
+        yield mismatch(
+            f"was measured against {ev['threshold']}, the gate now says {gate.threshold.as_dict()}"
+        )
     if set(ev["falsification_tests"]) != set(gate.falsification_tests):
-        yield mismatch(f"covers {sorted(ev['falsification_tests'])}, the gate rests on "
-                       f"{sorted(gate.falsification_tests)}")
+        yield mismatch(
+            f"covers {sorted(ev['falsification_tests'])}, the gate rests on "
+            f"{sorted(gate.falsification_tests)}"
+        )
     measured = ev["measurements"].get(gate.threshold.metric)
     if measured is None:
         yield mismatch(f"has no measurement of {gate.threshold.metric}")
         return
     if measured["unit"] != gate.threshold.unit:
-        yield mismatch(f"measures {gate.threshold.metric} in {measured['unit']}, "
-                       f"the threshold is in {gate.threshold.unit}")
+        yield mismatch(
+            f"measures {gate.threshold.metric} in {measured['unit']}, "
+            f"the threshold is in {gate.threshold.unit}"
+        )
         return
     holds = gate.threshold.holds(measured["value"])
     if ev["verdict"] in ("PASS", "PARTIAL") and not holds:
-        yield mismatch(f"verdict {ev['verdict']} but {gate.threshold.metric} = "
-                       f"{measured['value']:g} misses {gate.threshold}")
+        yield mismatch(
+            f"verdict {ev['verdict']} but {gate.threshold.metric} = "
+            f"{measured['value']:g} misses {gate.threshold}"
+        )
 
 
 def all_issues(c: Contract, root: Path, nodes: NodeIndex) -> Iterator[Issue]:

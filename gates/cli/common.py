@@ -36,6 +36,9 @@ def run_guarded(prog: str, fn: Callable[[], int], debug: bool) -> int:
     except Exception as exc:
         if debug:
             traceback.print_exc()
-        print(f"{prog}: internal error: {type(exc).__name__}: {exc}"
-              + ("" if debug else " (re-run with --debug for the traceback)"), file=sys.stderr)
+        print(
+            f"{prog}: internal error: {type(exc).__name__}: {exc}"
+            + ("" if debug else " (re-run with --debug for the traceback)"),
+            file=sys.stderr,
+        )
         return exit_codes.INTERNAL

@@ -43,11 +43,16 @@ def cmd_list(args: argparse.Namespace) -> int:
     contracts = _load(args.files, args.debug)
     if args.contract and args.contract not in {c.id for c in contracts}:
         guess = did_you_mean(args.contract, [c.id for c in contracts])
-        raise UsageError(f"unknown contract {args.contract}"
-                         + (f"; did you mean {guess}?" if guess else ""))
-    rows = [(c, g) for c in contracts for g in c.gates
-            if (not args.contract or c.id == args.contract)
-            and (not args.status or g.status == args.status)]
+        raise UsageError(
+            f"unknown contract {args.contract}" + (f"; did you mean {guess}?" if guess else "")
+        )
+    rows = [
+        (c, g)
+        for c in contracts
+        for g in c.gates
+        if (not args.contract or c.id == args.contract)
+        and (not args.status or g.status == args.status)
+    ]
     for c, g in rows:
         flag = "ship-blocking" if g.ship_blocking else "-"
         print(f"{g.id:<26} {g.status:<8} {flag:<13} {c.id:<24} {g.threshold}")
@@ -59,15 +64,21 @@ def cmd_show(args: argparse.Namespace) -> int:
     c, g = find_gate(contracts, args.gate)
     history = [e for e in c.changelog if g.id in e.text]
     info = {
-        "gate": g.id, "contract": c.id, "contract_version": c.metadata.version,
-        "status": g.status, "ship_blocking": g.ship_blocking, "rule": g.rule,
+        "gate": g.id,
+        "contract": c.id,
+        "contract_version": c.metadata.version,
+        "status": g.status,
+        "ship_blocking": g.ship_blocking,
+        "rule": g.rule,
         "threshold": g.threshold.as_dict(),
         "falsification_tests": [
-            {"id": t.id, "status": t.status, "test": t.test,
-             "mutants": [m.id for m in t.mutants]}
-            for t in (c.test(ref) for ref in g.falsification_tests) if t is not None
+            {"id": t.id, "status": t.status, "test": t.test, "mutants": [m.id for m in t.mutants]}
+            for t in (c.test(ref) for ref in g.falsification_tests)
+            if t is not None
         ],
-        "evidence": g.evidence, "partial_note": g.partial_note, "blocks_on": list(g.blocks_on),
+        "evidence": g.evidence,
+        "partial_note": g.partial_note,
+        "blocks_on": list(g.blocks_on),
         "history": [{"version": e.version, "date": e.date, "text": e.text} for e in history],
     }
     if args.json:

@@ -21,8 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
     for module in (pv_validate, pv_status, pv_rules):
         module.add_parser(sub)
     for p in sub.choices.values():  # --debug also after the subcommand
-        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                       help=argparse.SUPPRESS)
+        p.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
     return parser
 
 

@@ -18,29 +18,50 @@ SUMMARY = "show gates by status; --require-ship-ready fails while a ship-blockin
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help=SUMMARY, description=SUMMARY)
-    p.add_argument("files", nargs="*", type=Path, metavar="FILE",
-                   help="contract YAML files (default: contracts/*.yaml)")
+    p.add_argument(
+        "files",
+        nargs="*",
+        type=Path,
+        metavar="FILE",
+        help="contract YAML files (default: contracts/*.yaml)",
+    )
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--root", type=Path, default=None, help="project root (see pv validate)")
-    p.add_argument("--require-ship-ready", action="store_true",
-                   help="exit 1 unless every ship-blocking gate is PASS")
+    p.add_argument(
+        "--require-ship-ready",
+        action="store_true",
+        help="exit 1 unless every ship-blocking gate is PASS",
+    )
     p.set_defaults(run=run)
 
 
 def outstanding(contracts: list[Contract]) -> list[tuple[Contract, str, str]]:
-    return [(c, g.id, g.status) for c in contracts for g in c.gates
-            if g.ship_blocking and g.status != "PASS"]
+    return [
+        (c, g.id, g.status)
+        for c in contracts
+        for g in c.gates
+        if g.ship_blocking and g.status != "PASS"
+    ]
 
 
 def status_json(contracts: list[Contract]) -> dict:
     return {
         "contracts": [
             {
-                "id": c.id, "version": c.metadata.version, "status": c.metadata.status,
+                "id": c.id,
+                "version": c.metadata.version,
+                "status": c.metadata.status,
                 "file": str(c.path),
                 "counts": {s: sum(g.status == s for g in c.gates) for s in SHIP_STATUSES},
-                "gates": [{"id": g.id, "status": g.status, "ship_blocking": g.ship_blocking,
-                           "threshold": str(g.threshold)} for g in c.gates],
+                "gates": [
+                    {
+                        "id": g.id,
+                        "status": g.status,
+                        "ship_blocking": g.ship_blocking,
+                        "threshold": str(g.threshold),
+                    }
+                    for g in c.gates
+                ],
             }
             for c in contracts
         ],
@@ -77,8 +98,11 @@ def run(args: argparse.Namespace) -> int:
         print("pv: status refused: fix the errors above first", file=sys.stderr)
         return exit_codes.FINDINGS
     contracts = result.contracts
-    print(json.dumps(status_json(contracts), indent=2) if args.format == "json"
-          else status_text(contracts))
+    print(
+        json.dumps(status_json(contracts), indent=2)
+        if args.format == "json"
+        else status_text(contracts)
+    )
     if args.require_ship_ready and outstanding(contracts):
         return exit_codes.FINDINGS
     return exit_codes.OK

@@ -16,12 +16,21 @@ SUMMARY = "validate contracts: schema, semantics, references, bound tests, evide
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help=SUMMARY, description=SUMMARY)
-    p.add_argument("files", nargs="*", type=Path, metavar="FILE",
-                   help="contract YAML files (default: contracts/*.yaml)")
+    p.add_argument(
+        "files",
+        nargs="*",
+        type=Path,
+        metavar="FILE",
+        help="contract YAML files (default: contracts/*.yaml)",
+    )
     p.add_argument("--format", choices=FORMATS, default="text", help="output format")
-    p.add_argument("--root", type=Path, default=None,
-                   help="project root for test ids and evidence paths "
-                        "(default: nearest ancestor with pyproject.toml)")
+    p.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="project root for test ids and evidence paths "
+        "(default: nearest ancestor with pyproject.toml)",
+    )
     p.add_argument("--strict", action="store_true", help="fail on warnings too")
     p.set_defaults(run=run)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gates.rules import RULES
 from gates.validate import validate
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pv_project" / "contracts"
@@ -51,8 +52,6 @@ def test_invalid_fixture_reports_exactly_its_expected_rules_and_lines(case: Path
 
 
 def test_every_error_rule_has_an_invalid_fixture():
-    from gates.rules import RULES
-
     covered = {rule for case in INVALID_CASES for _, rule, _ in expected_findings(case)}
     # File-level rules need bytes a YAML fixture cannot hold; test_pv_cli covers them.
     # PV-INTERNAL is a bug in pv and has no fixture by design.

@@ -73,7 +73,9 @@ class Threshold:
         }
 
     def __str__(self) -> str:
-        return f"{self.metric} {self.comparator} {self.value:g} {self.unit}"
+        # Integers print exactly (373509120, not 3.73509e+08); other floats as written.
+        value = int(self.value) if float(self.value).is_integer() else self.value
+        return f"{self.metric} {self.comparator} {value} {self.unit}"
 
 
 @dataclass(frozen=True, slots=True)

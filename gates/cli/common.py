@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 from gates import exit_codes
+from gates.contract import Contract
+from gates.render import render
+from gates.validate import validate
 
 
 class UsageError(Exception):
@@ -21,6 +25,42 @@ def default_contracts() -> list[Path]:
     return found
 
 
+def add_contract_arguments(p: argparse.ArgumentParser, *, flag: bool = False) -> None:
+    """FILE... (or --files FILE... where a positional is taken) and --root."""
+    names = ["--files"] if flag else ["files"]
+    p.add_argument(
+        *names,
+        nargs="*",
+        type=Path,
+        metavar="FILE",
+        default=[],
+        help="contract YAML files (default: contracts/*.yaml)",
+    )
+    p.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="project root for test ids and evidence paths "
+        "(default: nearest ancestor with pyproject.toml)",
+    )
+
+
+def valid_contracts(args: argparse.Namespace, prog: str) -> list[Contract]:
+    """Validated contracts for commands that read them; refuses when any has an error,
+    since a status or gate read from an invalid contract would be a guess."""
+    result = validate(args.files or default_contracts(), root=args.root, debug=args.debug)
+    if result.unreadable:
+        raise UsageError("; ".join(result.unreadable))
+    if result.report.errors:
+        print(render(result.report, "text"), file=sys.stderr)
+        raise ContractsInvalidError(f"{prog}: contracts do not validate; fix the errors above")
+    return result.contracts
+
+
+class ContractsInvalidError(Exception):
+    """The contracts a command reads have validation errors: exit 1, errors on stderr."""
+
+
 def run_guarded(prog: str, fn: Callable[[], int], debug: bool) -> int:
     """Run a command; map errors to exit codes, and show tracebacks only under --debug."""
     try:
@@ -28,6 +68,9 @@ def run_guarded(prog: str, fn: Callable[[], int], debug: bool) -> int:
     except UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return exit_codes.USAGE
+    except ContractsInvalidError as exc:
+        print(str(exc), file=sys.stderr)
+        return exit_codes.FINDINGS
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

@@ -9,24 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from gates import __version__, exit_codes
-from gates.cli.common import UsageError, default_contracts, run_guarded
+from gates.cli.common import UsageError, add_contract_arguments, run_guarded, valid_contracts
 from gates.contract import SHIP_STATUSES, Contract, Gate
-from gates.render import render
 from gates.schema import did_you_mean
-from gates.validate import validate
-
-
-def _load(files: list[Path], debug: bool) -> list[Contract]:
-    result = validate(files or default_contracts(), debug=debug)
-    if result.unreadable:
-        raise UsageError("; ".join(result.unreadable))
-    if result.report.errors:
-        print(render(result.report, "text"), file=sys.stderr)
-        raise UsageError("contracts do not validate; run `pv validate` and fix them first")
-    return result.contracts
 
 
 def find_gate(contracts: list[Contract], gate_id: str) -> tuple[Contract, Gate]:
@@ -40,7 +27,7 @@ def find_gate(contracts: list[Contract], gate_id: str) -> tuple[Contract, Gate]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    contracts = _load(args.files, args.debug)
+    contracts = valid_contracts(args, "gates")
     if args.contract and args.contract not in {c.id for c in contracts}:
         guess = did_you_mean(args.contract, [c.id for c in contracts])
         raise UsageError(
@@ -60,7 +47,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    contracts = _load(args.files, args.debug)
+    contracts = valid_contracts(args, "gates")
     c, g = find_gate(contracts, args.gate)
     history = [e for e in c.changelog if g.id in e.text]
     info = {
@@ -106,12 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list gates, optionally by contract or status")
     p.add_argument("--contract", metavar="C", help="only this contract id")
     p.add_argument("--status", choices=SHIP_STATUSES, help="only gates with this status")
-    p.add_argument("--files", nargs="*", type=Path, default=[], help="contracts (default: all)")
+    add_contract_arguments(p, flag=True)
     p.set_defaults(run=cmd_list)
     p = sub.add_parser("show", help="show one gate: rule, threshold, tests, evidence, history")
     p.add_argument("gate", metavar="GATE")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--files", nargs="*", type=Path, default=[], help="contracts (default: all)")
+    add_contract_arguments(p, flag=True)
     p.set_defaults(run=cmd_show)
     return parser
 

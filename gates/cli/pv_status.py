@@ -4,29 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
 from gates import exit_codes
-from gates.cli.common import default_contracts
+from gates.cli.common import add_contract_arguments, valid_contracts
 from gates.contract import SHIP_STATUSES, Contract
-from gates.render import render
-from gates.validate import validate
 
 SUMMARY = "show gates by status; --require-ship-ready fails while a ship-blocking gate is open"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help=SUMMARY, description=SUMMARY)
-    p.add_argument(
-        "files",
-        nargs="*",
-        type=Path,
-        metavar="FILE",
-        help="contract YAML files (default: contracts/*.yaml)",
-    )
+    add_contract_arguments(p)
     p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("--root", type=Path, default=None, help="project root (see pv validate)")
     p.add_argument(
         "--require-ship-ready",
         action="store_true",
@@ -86,18 +75,7 @@ def status_text(contracts: list[Contract]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    files = args.files or default_contracts()
-    result = validate(files, root=args.root, debug=args.debug)
-    for message in result.unreadable:
-        print(f"pv: error: {message}", file=sys.stderr)
-    if result.unreadable:
-        return exit_codes.USAGE
-    if result.report.errors:
-        # A status read from an invalid contract would be a guess; show why instead.
-        print(render(result.report, "text"), file=sys.stderr)
-        print("pv: status refused: fix the errors above first", file=sys.stderr)
-        return exit_codes.FINDINGS
-    contracts = result.contracts
+    contracts = valid_contracts(args, "pv status")
     print(
         json.dumps(status_json(contracts), indent=2)
         if args.format == "json"

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from gates import exit_codes
-from gates.cli.common import default_contracts
+from gates.cli.common import add_contract_arguments, default_contracts
 from gates.render import FORMATS, render
 from gates.validate import validate
 
@@ -16,21 +15,8 @@ SUMMARY = "validate contracts: schema, semantics, references, bound tests, evide
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help=SUMMARY, description=SUMMARY)
-    p.add_argument(
-        "files",
-        nargs="*",
-        type=Path,
-        metavar="FILE",
-        help="contract YAML files (default: contracts/*.yaml)",
-    )
+    add_contract_arguments(p)
     p.add_argument("--format", choices=FORMATS, default="text", help="output format")
-    p.add_argument(
-        "--root",
-        type=Path,
-        default=None,
-        help="project root for test ids and evidence paths "
-        "(default: nearest ancestor with pyproject.toml)",
-    )
     p.add_argument("--strict", action="store_true", help="fail on warnings too")
     p.set_defaults(run=run)
 

@@ -168,6 +168,18 @@ RULES: dict[str, Rule] = {
             "mark the test (or its class/module) with pytest.mark.ship_blocking",
         ),
         Rule(
+            "MUTANT-MISSING",
+            _E,
+            "a bound test behind a ship-blocking gate names no mutant",
+            "name the known bugs it catches under `mutants:` and implement them",
+        ),
+        Rule(
+            "MUTANT-UNIMPLEMENTED",
+            _E,
+            "a mutant named by a test behind a ship-blocking gate has no implementation",
+            'add @mutant("<id>") in tests/mutants/*.py (see gates/mutants.py)',
+        ),
+        Rule(
             "GATE-UNBOUND-TEST",
             _E,
             "a PASS/PARTIAL gate rests on a planned test",

@@ -187,7 +187,11 @@ def read_yaml(path: Path) -> YamlSource:
         raw = path.read_bytes()
     except OSError as exc:
         raise UnreadablePathError(f"{path}: {exc.strerror or exc}") from None
-    text = _decode(raw)
+    return parse_yaml(_decode(raw), path)
+
+
+def parse_yaml(text: str, path: Path) -> YamlSource:
+    """Parse YAML text (already decoded) with the same guards as :func:`read_yaml`."""
     if not text.strip():
         raise SourceError("FILE-EMPTY", "empty file")
     _check_tabs(text)

@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from functools import cache
 from pathlib import Path
-
-from jsonschema import Draft202012Validator
 
 from gates import semver
 from gates.contract import Contract, Gate
+from gates.evidence import evidence_path as expected_evidence_path
+from gates.evidence import schema_errors
 from gates.findings import Issue
+from gates.mutants import discover as discover_mutants
 from gates.pytest_nodes import NodeIndex
-
-EVIDENCE_SCHEMA = (
-    Path(__file__).resolve().parents[2] / "evidence" / "schema" / "evidence.schema.json"
-)
 
 
 def bound_tests_exist(c: Contract, nodes: NodeIndex) -> Iterator[Issue]:
@@ -49,15 +45,29 @@ def ship_blocking_marked(c: Contract, nodes: NodeIndex) -> Iterator[Issue]:
                 )
 
 
-@cache
-def evidence_validator() -> Draft202012Validator:
-    schema = json.loads(EVIDENCE_SCHEMA.read_text(encoding="utf-8"))
-    Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema)
-
-
-def expected_evidence_path(contract_id: str, gate_id: str) -> str:
-    return f"evidence/{contract_id}/{gate_id}.json"
+def ship_blocking_mutants(c: Contract, root: Path) -> Iterator[Issue]:
+    """MUTANT-MISSING / MUTANT-UNIMPLEMENTED: a ship-blocking gate's bound tests name the
+    bugs they catch, and each named bug has an implementation `gates audit` can inject."""
+    implemented = discover_mutants(root)
+    blocking = {ref for g in c.gates if g.ship_blocking for ref in g.falsification_tests}
+    for t in c.falsification_tests:
+        if t.id not in blocking or not t.bound:
+            continue
+        if not t.mutants:
+            yield Issue(
+                "MUTANT-MISSING",
+                (*t.where, "id"),
+                f"{t.id} backs a ship-blocking gate but names no mutant",
+            )
+        for m in t.mutants:
+            if m.id not in implemented:
+                yield Issue(
+                    "MUTANT-UNIMPLEMENTED",
+                    (*m.where, "id"),
+                    f"mutant `{m.id}` of {t.id} has no @mutant implementation under "
+                    f"{root / 'tests' / 'mutants'}",
+                    at_key=False,
+                )
 
 
 def evidence_agrees(c: Contract, root: Path) -> Iterator[Issue]:
@@ -107,22 +117,17 @@ def _gate_evidence(c: Contract, gate: Gate, root: Path) -> Iterator[Issue]:
             at_key=False,
         )
         return
-    errors = sorted(evidence_validator().iter_errors(evidence), key=lambda e: list(e.path))
+    errors = schema_errors(evidence)
     if errors:
-        first = errors[0]
-        at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.path) or "(root)"
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        yield Issue(
-            "EVIDENCE-INVALID",
-            where,
-            f"{gate.evidence}: ${at}: {first.message}{more}",
-            at_key=False,
-        )
+        yield Issue("EVIDENCE-INVALID", where, f"{gate.evidence}: {errors[0]}{more}", at_key=False)
         return
-    yield from _evidence_matches(c, gate, evidence, where)
+    yield from evidence_mismatches(c, gate, evidence, where)
 
 
-def _evidence_matches(c: Contract, gate: Gate, ev: dict, where: tuple) -> Iterator[Issue]:
+def evidence_mismatches(c: Contract, gate: Gate, ev: dict, where: tuple) -> Iterator[Issue]:
+    """EVIDENCE-MISMATCH findings for a parsed, schema-valid evidence record."""
+
     def mismatch(message: str) -> Issue:
         return Issue("EVIDENCE-MISMATCH", where, f"{gate.evidence}: {message}", at_key=False)
 
@@ -173,4 +178,5 @@ def _evidence_matches(c: Contract, gate: Gate, ev: dict, where: tuple) -> Iterat
 def all_issues(c: Contract, root: Path, nodes: NodeIndex) -> Iterator[Issue]:
     yield from bound_tests_exist(c, nodes)
     yield from ship_blocking_marked(c, nodes)
+    yield from ship_blocking_mutants(c, root)
     yield from evidence_agrees(c, root)

@@ -1,7 +1,7 @@
-"""`gates` — inspect gates and their evidence. `gates list`, `gates show GATE-…`.
+"""`gates` — gates and their evidence: list, show, check, promote, demote, audit.
 
-Promotion, demotion and the mutation audit arrive with the gates-and-evidence work;
-until then a gate's status changes only through those commands, never by hand.
+A gate's status changes only through `gates promote` / `gates demote`, never by hand:
+promotion re-measures the gate against real artifacts and writes the evidence it shows.
 """
 
 from __future__ import annotations
@@ -11,19 +11,10 @@ import json
 import sys
 
 from gates import __version__, exit_codes
+from gates.cli import gates_audit, gates_promotion
 from gates.cli.common import UsageError, add_contract_arguments, run_guarded, valid_contracts
-from gates.contract import SHIP_STATUSES, Contract, Gate
+from gates.contract import SHIP_STATUSES
 from gates.schema import did_you_mean
-
-
-def find_gate(contracts: list[Contract], gate_id: str) -> tuple[Contract, Gate]:
-    for c in contracts:
-        gate = c.gate(gate_id)
-        if gate is not None:
-            return c, gate
-    all_ids = [g.id for c in contracts for g in c.gates]
-    guess = did_you_mean(gate_id, all_ids)
-    raise UsageError(f"unknown gate {gate_id}" + (f"; did you mean {guess}?" if guess else ""))
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -48,7 +39,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     contracts = valid_contracts(args, "gates")
-    c, g = find_gate(contracts, args.gate)
+    c, g = gates_promotion.find_gate(contracts, args.gate)
     history = [e for e in c.changelog if g.id in e.text]
     info = {
         "gate": g.id,
@@ -100,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     add_contract_arguments(p, flag=True)
     p.set_defaults(run=cmd_show)
+    gates_promotion.add_parsers(sub, add_contract_arguments)
+    gates_audit.add_parser(sub, add_contract_arguments)
     return parser
 
 

@@ -225,6 +225,13 @@ TEST_FILE = "import pytest\n\n" + "".join(
 )
 
 
+MUTANTS_FILE = "from gates.mutants import mutant\n" + "".join(
+    f"\n@mutant('bug-{k}-{m}')\ndef _bug_{k}_{m}(patch):\n    pass\n"
+    for k in range(4)
+    for m in range(2)
+)
+
+
 def run_pv(gen: Generated) -> tuple[list, dict[Path_, int]]:
     text, where = emit(gen.data)
     with tempfile.TemporaryDirectory() as tmp:
@@ -232,6 +239,8 @@ def run_pv(gen: Generated) -> tuple[list, dict[Path_, int]]:
         (root / "pyproject.toml").write_text("# project root marker\n")
         (root / "tests").mkdir()
         (root / "tests" / "test_generated.py").write_text(TEST_FILE)
+        (root / "tests" / "mutants").mkdir()
+        (root / "tests" / "mutants" / "generated.py").write_text(MUTANTS_FILE)
         for gid, ev in gen.evidence.items():
             path = root / "evidence" / gen.contract_id / f"{gid}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -395,6 +404,7 @@ def mutated(draw: st.DrawFn, mutation) -> tuple[Generated, str, Path_]:
 
 # One property per mutation kind, so each gets the profile's full example budget
 # (mixed into one property, the rarer kinds went untested in 100 examples).
+@pytest.mark.ship_blocking
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=[m.__name__ for m in MUTATIONS])
 @given(data=st.data())
 def test_any_single_mutation_is_reported_with_its_rule_at_its_line(mutation, data):

@@ -1,0 +1,63 @@
+"""`gates audit` — every bound falsification test must pass on the real code and fail on
+each of its named mutants."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gates import exit_codes
+from gates.audit import render_table, run_audit, write_audit_evidence
+from gates.cli.common import UsageError, valid_contracts
+from gates.schema import did_you_mean
+from gates.validate import find_root
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    contracts = valid_contracts(args, "gates")
+    ids = [c.id for c in contracts]
+    if args.contract and args.contract not in ids:
+        guess = did_you_mean(args.contract, ids)
+        raise UsageError(
+            f"unknown contract {args.contract}" + (f"; did you mean {guess}?" if guess else "")
+        )
+    gate_ids = [g.id for c in contracts for g in c.gates]
+    if args.gate and args.gate not in gate_ids:
+        guess = did_you_mean(args.gate, gate_ids)
+        raise UsageError(
+            f"unknown gate {args.gate}" + (f"; did you mean {guess}?" if guess else "")
+        )
+    root = args.root or (find_root(contracts[0].path) if contracts else Path.cwd())
+
+    def progress(row) -> None:
+        print(f"  {row.test_id} {row.mutant or '(real code)'}: {row.verdict}", file=sys.stderr)
+
+    rows = run_audit(
+        root,
+        contracts,
+        contract_id=args.contract,
+        gate_id=args.gate,
+        progress=progress if not args.quiet else None,
+    )
+    if not rows:
+        print("gates audit: no bound falsification test selected")
+        return exit_codes.OK
+    print(render_table(rows))
+    if args.out:
+        write_audit_evidence(root, rows, sys.argv, args.out)
+        print(f"audit evidence written to {args.out}")
+    return exit_codes.OK if all(r.ok for r in rows) else exit_codes.FINDINGS
+
+
+def add_parser(sub: argparse._SubParsersAction, add_contract_arguments) -> None:
+    p = sub.add_parser(
+        "audit",
+        help="prove every bound test can fail: real code passes, each named mutant is killed",
+    )
+    p.add_argument("--contract", metavar="C")
+    p.add_argument("--gate", metavar="G")
+    p.add_argument("--out", type=Path, help="write the audit evidence JSON here")
+    p.add_argument("--quiet", action="store_true", help="no per-run progress on stderr")
+    add_contract_arguments(p, flag=True)
+    p.set_defaults(run=cmd_audit)

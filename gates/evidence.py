@@ -1,0 +1,177 @@
+"""Evidence files: what a gate measurement records, and how it is read back.
+
+Schema: evidence/schema/evidence.schema.json. One current file per gate at
+evidence/<contract-id>/<GATE-ID>.json; history is kept by git.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import platform
+import subprocess
+from dataclasses import dataclass
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+EVIDENCE_SCHEMA = (
+    Path(__file__).resolve().parent.parent / "evidence" / "schema" / "evidence.schema.json"
+)
+#: Code whose uncommitted changes make a measurement unreproducible.
+CODE_UNDER_TEST = ("gates", "trainer", "tests", "tools", "pyproject.toml")
+PACKAGES = ("torch", "numpy", "safetensors", "tokenizers", "jsonschema", "ruamel.yaml", "shipgate")
+
+
+class EvidenceError(Exception):
+    """An evidence file is unreadable, not JSON, or not valid evidence."""
+
+
+def evidence_path(contract_id: str, gate_id: str) -> str:
+    return f"evidence/{contract_id}/{gate_id}.json"
+
+
+@cache
+def validator() -> Draft202012Validator:
+    schema = json.loads(EVIDENCE_SCHEMA.read_text(encoding="utf-8"))
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+def schema_errors(evidence: Any) -> list[str]:
+    out = []
+    for e in sorted(validator().iter_errors(evidence), key=lambda e: list(e.path)):
+        at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.path) or "(root)"
+        out.append(f"${at}: {e.message}")
+    return out
+
+
+def load(path: Path) -> dict:
+    """Read and schema-check an evidence file, or raise EvidenceError saying why."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise EvidenceError(f"{path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise EvidenceError(f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise EvidenceError(f"{path}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})") from None
+    errors = schema_errors(data)
+    if errors:
+        raise EvidenceError(
+            f"{path}: {errors[0]}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else "")
+        )
+    return data
+
+
+@dataclass(frozen=True)
+class FileRef:
+    path: str
+    sha256: str
+    bytes: int
+
+    def as_dict(self) -> dict:
+        return {"path": self.path, "sha256": self.sha256, "bytes": self.bytes}
+
+
+def sha256_of(path: Path) -> tuple[str, int]:
+    """sha256 and size of a file, or of a directory's files (names and contents, sorted)."""
+    h, size = hashlib.sha256(), 0
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for f in files:
+        if path.is_dir():
+            h.update(str(f.relative_to(path)).encode() + b"\0")
+        with f.open("rb") as fh:
+            for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                h.update(chunk)
+                size += len(chunk)
+    return h.hexdigest(), size
+
+
+def file_ref(path: Path, root: Path) -> FileRef:
+    digest, size = sha256_of(path)
+    try:
+        shown = str(path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        shown = str(path.resolve())
+    return FileRef(shown, digest, size)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _ram_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+
+
+def host_info() -> dict:
+    """The machine a measurement ran on. torch is only read if already installed."""
+    packages = {}
+    for name in PACKAGES:
+        try:
+            packages[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    gpu = None
+    try:
+        out = (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=True,
+            )
+            .stdout.strip()
+            .splitlines()
+        )
+        if out:
+            name, driver = (s.strip() for s in out[0].split(",", 1))
+            gpu = {"name": name, "driver": driver, "count": len(out)}
+    except (OSError, subprocess.SubprocessError, ValueError):
+        gpu = None
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count() or 1,
+        "ram_bytes": _ram_bytes(),
+        "gpu": gpu,
+        "python": platform.python_version(),
+        "torch": packages.get("torch"),
+        "packages": packages,
+    }
+
+
+def git_info(root: Path) -> dict:
+    """HEAD commit and whether the code under test has uncommitted changes."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, check=True, timeout=30
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        present = [p for p in CODE_UNDER_TEST if (root / p).exists()]
+        dirty = bool(git("status", "--porcelain", "--", *present)) if present else False
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": "0" * 40, "dirty": True}
+    return {"commit": commit, "dirty": dirty}
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")

@@ -1,0 +1,81 @@
+"""The measurement registry: each gate id maps to the function that measures it.
+
+A new gate is one function plus contract YAML::
+
+    @measures("GATE-ARCH-370M-002", artifact="checkpoint directory", check=is_checkpoint)
+    def checkpoint_passes_inspection(ctx: GateContext) -> Measurement: ...
+
+Measurement modules live in ``gates/measurements/`` and are imported on first lookup.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gates.contract import Contract, Gate
+
+
+@dataclass(frozen=True)
+class GateContext:
+    root: Path
+    contract: Contract
+    gate: Gate
+    artifacts: tuple[Path, ...]
+
+
+@dataclass
+class Measurement:
+    #: metric → (value, unit); must include the gate threshold's metric.
+    values: dict[str, tuple[float, str]]
+    workload: str
+    inputs: list[Path] = field(default_factory=list)
+    parameters: dict = field(default_factory=dict)
+    notes: str = ""
+    #: For a PARTIAL discharge: what is and is not discharged.
+    partial: dict[str, list[str]] | None = None
+
+
+MeasureFn = Callable[[GateContext], Measurement]
+
+
+@dataclass(frozen=True)
+class Measurer:
+    gate_id: str
+    fn: MeasureFn
+    #: What artifact the gate is measured on (None: it needs none), e.g. "checkpoint directory".
+    artifact: str | None = None
+    #: Returns why a path is not that kind of artifact, or None when it is.
+    check: Callable[[Path], str | None] | None = None
+
+
+REGISTRY: dict[str, Measurer] = {}
+_LOADED: set[str] = set()
+
+
+def measures(
+    gate_id: str, *, artifact: str | None = None, check: Callable[[Path], str | None] | None = None
+) -> Callable[[MeasureFn], MeasureFn]:
+    def register(fn: MeasureFn) -> MeasureFn:
+        REGISTRY[gate_id] = Measurer(gate_id, fn, artifact, check)
+        return fn
+
+    return register
+
+
+def _load_builtin() -> None:
+    import gates.measurements as package  # noqa: PLC0415 - imported on first lookup only
+
+    for info in pkgutil.iter_modules(package.__path__):
+        name = f"{package.__name__}.{info.name}"
+        if name not in _LOADED:
+            importlib.import_module(name)
+            _LOADED.add(name)
+
+
+def lookup(gate_id: str) -> Measurer | None:
+    _load_builtin()
+    return REGISTRY.get(gate_id)

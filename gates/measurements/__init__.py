@@ -1,0 +1,1 @@
+"""Gate measurements, one module per area; each function is registered with @measures."""

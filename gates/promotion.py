@@ -1,0 +1,299 @@
+"""`gates check` / `promote` / `demote`: a gate's status is a measurement, never a hand edit.
+
+check   — run the gate's bound tests and its measurement against real artifacts; verdict.
+promote — check, then write the evidence and edit the contract (one atomic commit, locked).
+demote  — the reverse, with the reason in the changelog.
+
+Refusals raise :class:`RefusedError` (exit 1) and leave every file untouched.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gates import atomic, contract_edit, evidence, measure, testrun
+from gates.checks.project_rules import evidence_mismatches
+from gates.contract import Contract, Gate
+from gates.validate import validate
+
+LOCK_NAME = ".gates.lock"
+
+
+class RefusedError(Exception):
+    """The gate cannot be checked or promoted; the message says why. Nothing was written."""
+
+
+@dataclass
+class CheckResult:
+    verdict: str  # PASS | PARTIAL | FAIL
+    reasons: list[str]
+    evidence: dict
+    tests: list[testrun.TestOutcome] = field(default_factory=list)
+
+
+def load_gate(root: Path, contract_path: Path, gate_id: str) -> tuple[Contract, Gate]:
+    result = validate([contract_path], root=root)
+    if result.unreadable:
+        raise RefusedError("; ".join(result.unreadable))
+    if result.report.errors:
+        first = result.report.sorted()[0]
+        raise RefusedError(
+            f"{first.file}:{first.line}: {first.rule}: {first.message} "
+            "(the contract must pass `pv validate` first)"
+        )
+    contract = result.contracts[0]
+    gate = contract.gate(gate_id)
+    if gate is None:
+        raise RefusedError(f"{contract_path} has no gate {gate_id}")
+    return contract, gate
+
+
+def _recorded_artifacts(root: Path, gate: Gate) -> list[evidence.FileRef]:
+    if not gate.evidence or not (root / gate.evidence).is_file():
+        return []
+    try:
+        recorded = evidence.load(root / gate.evidence)
+    except evidence.EvidenceError as exc:
+        raise RefusedError(f"current evidence is unusable: {exc}") from None
+    return [evidence.FileRef(**a) for a in recorded["artifacts"]]
+
+
+def _resolve_artifacts(
+    root: Path, gate: Gate, measurer: measure.Measurer, given: list[Path]
+) -> list[tuple[Path, evidence.FileRef]]:
+    """Artifacts to measure, each with its hash. Without --artifact, re-measure the ones the
+    current evidence records, refusing any that is gone or no longer hashes the same."""
+    if measurer.artifact is None:
+        if given:
+            raise RefusedError(f"{gate.id} is measured without artifacts; drop --artifact")
+        return []
+    refs: list[tuple[Path, evidence.FileRef]] = []
+    if given:
+        for path in given:
+            if not path.exists():
+                raise RefusedError(f"artifact {path} does not exist")
+            refs.append((path, evidence.file_ref(path, root)))
+    else:
+        recorded = _recorded_artifacts(root, gate)
+        if not recorded:
+            raise RefusedError(
+                f"{gate.id} is measured on a {measurer.artifact}: pass --artifact PATH"
+            )
+        for ref in recorded:
+            path = root / ref.path if not Path(ref.path).is_absolute() else Path(ref.path)
+            if not path.exists():
+                raise RefusedError(f"artifact {ref.path} recorded in {gate.evidence} is gone")
+            now = evidence.file_ref(path, root)
+            if now.sha256 != ref.sha256:
+                raise RefusedError(
+                    f"artifact {ref.path} no longer matches {gate.evidence}: "
+                    f"sha256 {now.sha256[:12]}… != recorded {ref.sha256[:12]}…"
+                )
+            refs.append((path, now))
+    for path, _ in refs:
+        reason = measurer.check(path) if measurer.check else None
+        if reason:
+            raise RefusedError(f"artifact {path} is not a {measurer.artifact}: {reason}")
+    return refs
+
+
+def check(
+    root: Path,
+    contract: Contract,
+    gate: Gate,
+    artifacts: list[Path],
+    *,
+    command: list[str],
+    contract_version: str | None = None,
+    want: str = "PASS",
+    allow_dirty: bool = False,
+) -> CheckResult:
+    measurer = measure.lookup(gate.id)
+    if measurer is None:
+        raise RefusedError(
+            f"no measurement is registered for {gate.id}: add a function decorated "
+            f"with @measures({gate.id!r}) under gates/measurements/"
+        )
+    refs = _resolve_artifacts(root, gate, measurer, artifacts)
+    reasons: list[str] = []
+
+    outcomes = []
+    for ref in gate.falsification_tests:
+        test = contract.test(ref)
+        if test is None or not test.bound or not test.test:
+            reasons.append(f"{ref} is not bound to a test")
+            continue
+        outcome = testrun.run_node(root, test.test)
+        outcomes.append((ref, outcome))
+        if outcome.outcome != "passed":
+            tail = "\n".join(outcome.output.strip().splitlines()[-15:])
+            reasons.append(f"{ref} ({test.test}) {outcome.outcome}:\n{tail}")
+
+    ctx = measure.GateContext(root, contract, gate, tuple(p for p, _ in refs))
+    result = measurer.fn(ctx)
+    for path, before in refs:
+        if evidence.file_ref(path, root).sha256 != before.sha256:
+            raise RefusedError(f"artifact {path} changed while it was being measured")
+
+    metric = gate.threshold.metric
+    if metric not in result.values:
+        raise RefusedError(f"the measurement of {gate.id} did not report {metric}")
+    value, unit = result.values[metric]
+    if unit != gate.threshold.unit:
+        raise RefusedError(
+            f"{metric} measured in {unit}, the threshold is in {gate.threshold.unit}"
+        )
+    if not gate.threshold.holds(value):
+        reasons.append(f"{metric} = {value:g} {unit} misses {gate.threshold}")
+    if want == "PARTIAL" and not result.partial:
+        reasons.append("--to PARTIAL needs a measurement that says what is not discharged")
+    git = evidence.git_info(root)
+    if git["dirty"] and allow_dirty:
+        git["dirty_override"] = True
+    verdict = "FAIL" if reasons else want
+
+    record = {
+        "schema_version": 1,
+        "contract": {"id": contract.id, "version": contract_version or contract.metadata.version},
+        "gate": gate.id,
+        "falsification_tests": list(gate.falsification_tests),
+        "captured_at": evidence.utc_now(),
+        "host": evidence.host_info(),
+        "git": git,
+        "command": command,
+        "workload": {
+            "description": result.workload,
+            "parameters": result.parameters,
+            "inputs": [evidence.file_ref(p, root).as_dict() for p in result.inputs],
+        },
+        "measurements": {k: {"value": v, "unit": u} for k, (v, u) in result.values.items()},
+        "threshold": gate.threshold.as_dict(),
+        "verdict": verdict,
+        "tests": [
+            {"id": ref, "node": o.node, "outcome": o.outcome, "seconds": o.seconds}
+            for ref, o in outcomes
+        ],
+        "artifacts": [r.as_dict() for _, r in refs],
+    }
+    if verdict == "PARTIAL":
+        record["partial"] = result.partial
+    if result.notes:
+        record["notes"] = result.notes
+    problems = evidence.schema_errors(record)
+    if problems:
+        raise RefusedError(f"the measurement produced invalid evidence: {problems[0]}")
+    return CheckResult(verdict, reasons, record, [o for _, o in outcomes])
+
+
+def promote(
+    root: Path,
+    contract_path: Path,
+    gate_id: str,
+    artifacts: list[Path],
+    *,
+    to: str = "PASS",
+    allow_dirty: bool = False,
+    command: list[str] | None = None,
+    today: dt.date | None = None,
+) -> CheckResult:
+    command = command or sys.argv
+    with atomic.locked(root / LOCK_NAME):
+        atomic.recover(root)
+        # Read the contract only once the lock is held: a concurrent promotion's edit is kept.
+        contract, gate = load_gate(root, contract_path, gate_id)
+        git = evidence.git_info(root)
+        if git["dirty"] and not allow_dirty:
+            raise RefusedError(
+                "the code under test has uncommitted changes "
+                f"({', '.join(evidence.CODE_UNDER_TEST)}); commit them, or pass "
+                "--allow-dirty (recorded in the evidence)"
+            )
+        new_version = contract_edit.next_version(contract.metadata.version)
+        result = check(
+            root,
+            contract,
+            gate,
+            artifacts,
+            command=command,
+            contract_version=new_version,
+            want=to,
+            allow_dirty=allow_dirty,
+        )
+        if result.verdict != to:
+            raise RefusedError(
+                f"{gate_id} is {result.verdict}, not {to}:\n  - " + "\n  - ".join(result.reasons)
+            )
+        ev_rel = evidence.evidence_path(contract.id, gate.id)
+        text = contract_path.read_text(encoding="utf-8")
+        measured = result.evidence["measurements"][gate.threshold.metric]
+        new_text, _ = contract_edit.apply(
+            text,
+            contract_path,
+            contract_edit.GateEdit(
+                gate_id=gate.id,
+                status=to,
+                evidence=ev_rel,
+                today=today or _utc_today(),
+                changelog_text=f"{gate.id} promoted to {to}: {gate.threshold.metric} = "
+                f"{measured['value']:g} {measured['unit']} ({gate.threshold}); "
+                f"evidence {ev_rel}.",
+            ),
+        )
+        _verify_pair(root, contract_path, new_text, gate.id, result.evidence)
+        atomic.commit(
+            root,
+            {
+                root / ev_rel: (json.dumps(result.evidence, indent=2) + "\n").encode(),
+                contract_path: new_text.encode(),
+            },
+        )
+        return result
+
+
+def demote(
+    root: Path, contract_path: Path, gate_id: str, reason: str, *, today: dt.date | None = None
+) -> str:
+    if not reason.strip():
+        raise RefusedError("--reason must say why the gate is demoted")
+    with atomic.locked(root / LOCK_NAME):
+        atomic.recover(root)
+        _, gate = load_gate(root, contract_path, gate_id)
+        if gate.status == "PENDING":
+            raise RefusedError(f"{gate_id} is already PENDING")
+        text = contract_path.read_text(encoding="utf-8")
+        new_text, new_version = contract_edit.apply(
+            text,
+            contract_path,
+            contract_edit.GateEdit(
+                gate_id=gate.id,
+                status="PENDING",
+                evidence=None,
+                today=today or _utc_today(),
+                changelog_text=f"{gate.id} demoted from {gate.status} to PENDING: {reason.strip()}",
+            ),
+        )
+        writes: dict[Path, bytes | None] = {contract_path: new_text.encode()}
+        if gate.evidence:
+            writes[root / gate.evidence] = None  # history stays in git
+        atomic.commit(root, writes)
+        return new_version
+
+
+def _verify_pair(root: Path, path: Path, text: str, gate_id: str, record: dict) -> None:
+    """The new contract and the new evidence must agree before either is written."""
+    from gates.source import parse_yaml  # noqa: PLC0415 - small, local use
+
+    new = Contract.from_data(path, parse_yaml(text, path).data)
+    gate = new.gate(gate_id)
+    assert gate is not None
+    problems = list(evidence_mismatches(new, gate, record, ("gates",)))
+    if problems:
+        raise RefusedError(f"internal check failed, nothing written: {problems[0].message}")
+
+
+def _utc_today() -> dt.date:
+    return dt.datetime.now(dt.UTC).date()

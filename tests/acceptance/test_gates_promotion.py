@@ -1,0 +1,292 @@
+"""`gates promote` / `demote` / `check` against a project and an artifact built in the test.
+
+A promotion is a measurement: it changes exactly the intended contract lines, writes
+evidence that records the artifact by sha256, and refuses (touching nothing) otherwise.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import importlib.util
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gates import atomic, evidence, promotion
+from gates.validate import validate
+from tests.acceptance import widget_project
+
+TODAY = dt.date(2026, 11, 22)
+EVIDENCE = Path("evidence") / "C-WIDGET" / "GATE-WIDGET-001.json"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> tuple[Path, Path]:
+    root = tmp_path / "widget"
+    root.mkdir()
+    contract = widget_project.build(root)
+    spec = importlib.util.spec_from_file_location(
+        "widget_measurement", root / "widget_measurement.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # registers the GATE-WIDGET-* measurements in-process
+    return root, contract
+
+
+def artifact(root: Path, lines: int, name: str = "artifact.txt") -> Path:
+    path = root.parent / name
+    path.write_text("".join(f"line {i}\n" for i in range(lines)))
+    return path
+
+
+def changed_lines(before: str, after: str) -> tuple[list[str], list[str]]:
+    removed, added = [], []
+    for line in difflib.ndiff(before.splitlines(), after.splitlines()):
+        if line.startswith("- "):
+            removed.append(line[2:])
+        elif line.startswith("+ "):
+            added.append(line[2:])
+    return removed, added
+
+
+def promote(root: Path, contract: Path, *artifacts: Path, **kw) -> promotion.CheckResult:
+    return promotion.promote(
+        root,
+        contract,
+        "GATE-WIDGET-001",
+        list(artifacts),
+        command=["gates", "promote", "GATE-WIDGET-001"],
+        today=TODAY,
+        **kw,
+    )
+
+
+def test_promote_then_demote_changes_exactly_the_intended_lines(project):
+    root, contract = project
+    before = contract.read_text()
+    art = artifact(root, 5)
+
+    result = promote(root, contract, art)
+    after = contract.read_text()
+
+    assert result.verdict == "PASS"
+    removed, added = changed_lines(before, after)
+    assert removed == [
+        "  version: 1.0.0   # bumped by gates promote",
+        "  updated: 2026-01-05",
+        "    status: PENDING   # promoted only by gates promote",
+    ]
+    assert added == [
+        "  version: 1.1.0   # bumped by gates promote",
+        "  updated: 2026-11-22",
+        "    status: PASS   # promoted only by gates promote",
+        "    evidence: evidence/C-WIDGET/GATE-WIDGET-001.json",
+        "  - version: 1.1.0",
+        "    date: 2026-11-22",
+        '    text: "GATE-WIDGET-001 promoted to PASS: line_count = 5 lines '
+        '(line_count >= 3 lines); evidence evidence/C-WIDGET/GATE-WIDGET-001.json."',
+    ]
+    record = json.loads((root / EVIDENCE).read_text())
+    assert evidence.schema_errors(record) == []
+    assert record["verdict"] == "PASS"
+    assert record["contract"] == {"id": "C-WIDGET", "version": "1.1.0"}
+    assert record["measurements"]["line_count"] == {"value": 5, "unit": "lines"}
+    assert record["artifacts"] == [evidence.file_ref(art, root).as_dict()]
+    assert [t["outcome"] for t in record["tests"]] == ["passed"]
+    assert record["git"]["dirty"] is False
+    assert validate([contract], today=TODAY).report.findings == []
+
+    promotion.demote(root, contract, "GATE-WIDGET-001", "artifact superseded", today=TODAY)
+    demoted = contract.read_text()
+    removed, added = changed_lines(before, demoted)
+    assert removed == ["  version: 1.0.0   # bumped by gates promote", "  updated: 2026-01-05"]
+    assert added[:2] == ["  version: 1.2.0   # bumped by gates promote", "  updated: 2026-11-22"]
+    assert "demoted from PASS to PENDING: artifact superseded" in added[4]
+    assert len(added) == 8  # two changelog entries of three lines each
+    assert not (root / EVIDENCE).exists()
+    assert validate([contract], today=TODAY).report.findings == []
+
+
+def _snapshot(root: Path, contract: Path) -> tuple[str, bool]:
+    return contract.read_text(), (root / EVIDENCE).exists()
+
+
+def test_promotion_refuses_a_missed_threshold_and_touches_nothing(project):
+    root, contract = project
+    before = _snapshot(root, contract)
+    with pytest.raises(promotion.RefusedError, match="line_count = 1 lines misses"):
+        promote(root, contract, artifact(root, 1))
+    assert _snapshot(root, contract) == before
+
+
+def test_promotion_refuses_when_a_bound_test_fails(project):
+    root, contract = project
+    before = _snapshot(root, contract)
+    (root / "widget.py").write_text("def count_lines(path):\n    return 0\n")
+    with pytest.raises(promotion.RefusedError, match=r"FALSIFY-WIDGET-001 .* failed"):
+        promote(root, contract, artifact(root, 5), allow_dirty=True)
+    assert _snapshot(root, contract) == before
+
+
+def test_promotion_refuses_uncommitted_code_unless_overridden_and_recorded(project):
+    root, contract = project
+    (root / "tests" / "test_widget.py").write_text(
+        (root / "tests" / "test_widget.py").read_text() + "\n# an uncommitted edit\n"
+    )
+    before = _snapshot(root, contract)
+    with pytest.raises(promotion.RefusedError, match="uncommitted changes"):
+        promote(root, contract, artifact(root, 5))
+    assert _snapshot(root, contract) == before
+    promote(root, contract, artifact(root, 5), allow_dirty=True)
+    record = json.loads((root / EVIDENCE).read_text())
+    assert record["git"] == {**record["git"], "dirty": True, "dirty_override": True}
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda root: root.parent / "missing.txt", "does not exist"),
+        (lambda root: root / "tests", "is not a text file"),
+    ],
+)
+def test_promotion_refuses_a_missing_or_wrong_kind_artifact(project, make, message):
+    root, contract = project
+    before = _snapshot(root, contract)
+    with pytest.raises(promotion.RefusedError, match=message):
+        promote(root, contract, make(root))
+    assert _snapshot(root, contract) == before
+
+
+def test_remeasuring_uses_the_recorded_artifact_and_refuses_a_changed_one(project):
+    root, contract = project
+    art = artifact(root, 5)
+    promote(root, contract, art)
+    # Re-check without --artifact: the evidence's artifact, verified by sha256.
+    c = validate([contract], today=TODAY).contracts[0]
+    again = promotion.check(root, c, c.gate("GATE-WIDGET-001"), [], command=["gates", "check"])
+    assert again.verdict == "PASS"
+    art.write_text("changed\n" * 9)
+    with pytest.raises(promotion.RefusedError, match="no longer matches"):
+        promotion.check(root, c, c.gate("GATE-WIDGET-001"), [], command=["gates", "check"])
+    art.unlink()
+    with pytest.raises(promotion.RefusedError, match="is gone"):
+        promotion.check(root, c, c.gate("GATE-WIDGET-001"), [], command=["gates", "check"])
+
+
+def test_a_read_only_evidence_directory_changes_nothing(project, monkeypatch):
+    root, contract = project
+    before = _snapshot(root, contract)
+    real = atomic.write_temp
+
+    def refuse_evidence(target: Path, data: bytes) -> Path:
+        # chmod cannot stop root (CI runs as root), so the refusal is injected.
+        if "evidence" in target.parts:
+            raise PermissionError(13, "Permission denied", str(target))
+        return real(target, data)
+
+    monkeypatch.setattr(atomic, "write_temp", refuse_evidence)
+    with pytest.raises(PermissionError):
+        promote(root, contract, artifact(root, 5))
+    assert _snapshot(root, contract) == before
+    assert not list(root.rglob("*.tmp")) and not (root / atomic.JOURNAL_NAME).exists()
+
+
+def test_a_contract_that_fails_pv_validate_is_refused(project):
+    root, contract = project
+    contract.write_text(
+        contract.read_text().replace("  kind: tooling\n", "  kind: tooling\n  kindd: x\n")
+    )
+    with pytest.raises(promotion.RefusedError, match="SCHEMA-UNKNOWN-KEY"):
+        promote(root, contract, artifact(root, 5), allow_dirty=True)
+
+
+def test_corrupt_evidence_is_a_clear_refusal(project):
+    root, contract = project
+    promote(root, contract, artifact(root, 5))
+    (root / EVIDENCE).write_text("{not json")
+    with pytest.raises(promotion.RefusedError, match="EVIDENCE-INVALID"):
+        promote(root, contract, artifact(root, 5))
+
+
+DRIVER = textwrap.dedent("""\
+    import os, signal, sys
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[1])
+    import widget_measurement  # registers the measurements
+    from gates import atomic, promotion
+
+    root, gate, kill_at = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    calls = {"n": 0}
+    real_replace, real_write = os.replace, atomic.write_temp
+
+    def replace(src, dst):
+        calls["n"] += 1
+        if calls["n"] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        real_replace(src, dst)
+
+    def write_temp(target, data):
+        if kill_at == 0:  # die half-way through writing the first file
+            tmp = real_write(target, data[: len(data) // 2])
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_write(target, data)
+
+    os.replace, atomic.write_temp = replace, write_temp
+    promotion.promote(root, root / "contracts" / "widget-v1.yaml", gate,
+                      [root.parent / "artifact.txt"], command=["driver"])
+    """)
+
+
+def run_driver(root: Path, gate: str, kill_at: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(root), gate, str(kill_at)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_at", [0, 1, 2, 3, 99])
+def test_sigkill_at_any_point_of_a_promotion_leaves_old_or_new_never_half(project, kill_at):
+    root, contract = project
+    artifact(root, 5)
+    old = contract.read_text()
+    proc = run_driver(root, "GATE-WIDGET-001", kill_at)
+    proc.communicate(timeout=120)
+    assert proc.returncode == (0 if kill_at == 99 else -9)
+    atomic.recover(root)  # what the next gates command does first
+    new = contract.read_text()
+    if new == old:
+        assert not (root / EVIDENCE).exists()
+    else:
+        assert (
+            validate([contract], today=dt.date.today() + dt.timedelta(days=1)).report.findings == []
+        )
+    # Kill before the journal exists: old state; after: rolled forward to the new one.
+    assert (new == old) == (kill_at in (0, 1))
+    assert not list(root.rglob(".*.tmp"))  # a crash's temp files are swept
+
+
+@pytest.mark.slow
+def test_two_promotions_at_once_on_one_contract_lose_no_edit(project):
+    root, contract = project
+    artifact(root, 5)
+    procs = [run_driver(root, gate, 99) for gate in ("GATE-WIDGET-001", "GATE-WIDGET-002")]
+    for proc in procs:
+        _, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err
+    result = validate([contract], today=dt.date.today() + dt.timedelta(days=1))
+    assert result.report.findings == []
+    c = result.contracts[0]
+    assert {g.id: g.status for g in c.gates} == {
+        "GATE-WIDGET-001": "PASS",
+        "GATE-WIDGET-002": "PASS",
+    }
+    assert c.metadata.version == "1.2.0"
+    assert [e.version for e in c.changelog] == ["1.2.0", "1.1.0", "1.0.0"]

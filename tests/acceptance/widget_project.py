@@ -1,0 +1,126 @@
+"""A small project built in a temp dir for the gates tests: a library, a bound test, a
+mutant, a measurement and a contract with comments, under git. Not a test module."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from pathlib import Path
+
+CONTRACT = textwrap.dedent("""\
+    # Widget contract: a fixture for gates promote/demote/audit.
+    metadata:
+      id: C-WIDGET
+      version: 1.0.0   # bumped by gates promote
+      status: PROPOSED
+      kind: tooling
+      created: 2026-01-05
+      updated: 2026-01-05
+      description: >-
+        Counting lines of a text artifact. Long folded text stays exactly as written,
+        however ruamel would have wrapped it.
+    invariants:
+      - id: INV-WIDGET-001
+        statement: count_lines counts lines.
+        falsified_by: [FALSIFY-WIDGET-001]   # flow style, kept
+    falsification_tests:
+      - id: FALSIFY-WIDGET-001
+        rule: count a 3-line file
+        prediction: "3"
+        status: bound
+        test: tests/test_widget.py::test_count_lines
+        if_fails: counting is broken
+        mutants:
+          - id: count-off-by-one
+            description: count_lines adds one
+    gates:
+      - id: GATE-WIDGET-001
+        rule: the artifact has at least three lines
+        falsification_tests:
+          - FALSIFY-WIDGET-001
+        threshold: {metric: line_count, comparator: ">=", value: 3, unit: lines}
+        ship_blocking: true
+        status: PENDING   # promoted only by gates promote
+      - id: GATE-WIDGET-002
+        rule: the artifact has at most a hundred lines
+        falsification_tests:
+          - FALSIFY-WIDGET-001
+        threshold: {metric: line_count, comparator: "<=", value: 100, unit: lines}
+        ship_blocking: false
+        status: PENDING
+    changelog:
+      - version: 1.0.0
+        date: 2026-01-05
+        text: Initial.
+    """)
+
+WIDGET = "def count_lines(path):\n    return len(path.read_text().splitlines())\n"
+
+TEST = textwrap.dedent("""\
+    import pytest
+
+    import widget
+
+
+    @pytest.mark.ship_blocking
+    def test_count_lines(tmp_path):
+        p = tmp_path / "three.txt"
+        p.write_text("a\\nb\\nc\\n")
+        assert widget.count_lines(p) == 3
+    """)
+
+MUTANTS = textwrap.dedent("""\
+    import widget
+
+    from gates.mutants import mutant
+
+
+    @mutant("count-off-by-one")
+    def _off_by_one(patch):
+        real = widget.count_lines
+        patch.setattr(widget, "count_lines", lambda path: real(path) + 1)
+    """)
+
+MEASUREMENT = textwrap.dedent('''\
+    """Registers the widget gates' measurement (imported by the tests and drivers)."""
+    from pathlib import Path
+
+    from gates.measure import Measurement, measures
+
+
+    def is_text_file(path: Path):
+        return None if path.is_file() else "a directory, not a text file"
+
+
+    def line_count(ctx):
+        (artifact,) = ctx.artifacts
+        n = len(artifact.read_text().splitlines())
+        return Measurement(values={"line_count": (n, "lines")},
+                           workload=f"lines of {artifact.name}", inputs=[])
+
+
+    for gate in ("GATE-WIDGET-001", "GATE-WIDGET-002"):
+        measures(gate, artifact="text file", check=is_text_file)(line_count)
+    ''')
+
+
+def git(root: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
+
+
+def build(root: Path) -> Path:
+    """Write the project, commit it, and return the contract path."""
+    (root / "tests" / "mutants").mkdir(parents=True)
+    (root / "contracts").mkdir()
+    (root / "pyproject.toml").write_text("# widget fixture project\n")
+    (root / "conftest.py").write_text("# puts the project root on sys.path for mutants\n")
+    (root / "widget.py").write_text(WIDGET)
+    (root / "tests" / "test_widget.py").write_text(TEST)
+    (root / "tests" / "mutants" / "widget_mutants.py").write_text(MUTANTS)
+    (root / "widget_measurement.py").write_text(MEASUREMENT)
+    contract = root / "contracts" / "widget-v1.yaml"
+    contract.write_text(CONTRACT)
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-qm", "widget")
+    return contract

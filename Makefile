@@ -24,6 +24,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/pv validate contracts/*.yaml
 	$(BIN)/pv status
+	$(BIN)/gates check GATE-PV-001
 	$(BIN)/trainer env
 
 lint: $(STAMP)

@@ -10,11 +10,12 @@ import argparse
 import json
 import sys
 
-from gates import __version__, exit_codes
+from gates import __version__, evidence, exit_codes
 from gates.cli import gates_audit, gates_promotion
 from gates.cli.common import UsageError, add_contract_arguments, run_guarded, valid_contracts
-from gates.contract import SHIP_STATUSES
+from gates.contract import SHIP_STATUSES, Contract, Gate
 from gates.schema import did_you_mean
+from gates.validate import find_root
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -37,6 +38,25 @@ def cmd_list(args: argparse.Namespace) -> int:
     return exit_codes.OK
 
 
+def _evidence_summary(c: Contract, g: Gate) -> dict | None:
+    """Verdict, time, commit and measurements of the gate's current evidence file."""
+    if not g.evidence:
+        return None
+    path = find_root(c.path) / g.evidence
+    try:
+        ev = evidence.load(path)
+    except evidence.EvidenceError as exc:
+        return {"error": str(exc)}
+    return {
+        "verdict": ev["verdict"],
+        "captured_at": ev["captured_at"],
+        "commit": ev["git"]["commit"][:12] + (" (dirty)" if ev["git"]["dirty"] else ""),
+        "contract_version": ev["contract"]["version"],
+        **{k: f"{m['value']:g} {m['unit']}" for k, m in ev["measurements"].items()},
+        "artifacts": len(ev["artifacts"]),
+    }
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     contracts = valid_contracts(args, "gates")
     c, g = gates_promotion.find_gate(contracts, args.gate)
@@ -55,6 +75,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             if t is not None
         ],
         "evidence": g.evidence,
+        "evidence_summary": _evidence_summary(c, g),
         "partial_note": g.partial_note,
         "blocks_on": list(g.blocks_on),
         "history": [{"version": e.version, "date": e.date, "text": e.text} for e in history],
@@ -69,6 +90,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     for t in info["falsification_tests"]:
         print(f"  test:      {t['id']} [{t['status']}] {t['test'] or ''}")
     print(f"  evidence:  {g.evidence or 'none'}")
+    summary = info["evidence_summary"]
+    if summary:
+        for key, value in summary.items():
+            print(f"    {key}: {value}")
     for item in g.blocks_on:
         print(f"  blocks on: {item}")
     for e in history:

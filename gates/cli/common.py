@@ -10,7 +10,9 @@ from pathlib import Path
 
 from gates import exit_codes
 from gates.contract import Contract
+from gates.promotion import RefusedError
 from gates.render import render
+from gates.schema import did_you_mean
 from gates.validate import validate
 
 
@@ -57,6 +59,13 @@ def valid_contracts(args: argparse.Namespace, prog: str) -> list[Contract]:
     return result.contracts
 
 
+def require_known(kind: str, value: str | None, known: list[str]) -> None:
+    """Usage error for an unknown id, with the nearest known one as a suggestion."""
+    if value is not None and value not in known:
+        guess = did_you_mean(value, known)
+        raise UsageError(f"unknown {kind} {value}" + (f"; did you mean {guess}?" if guess else ""))
+
+
 class ContractsInvalidError(Exception):
     """The contracts a command reads have validation errors: exit 1, errors on stderr."""
 
@@ -71,6 +80,14 @@ def run_guarded(prog: str, fn: Callable[[], int], debug: bool) -> int:
     except ContractsInvalidError as exc:
         print(str(exc), file=sys.stderr)
         return exit_codes.FINDINGS
+    except RefusedError as exc:
+        print(f"{prog}: refused, nothing changed: {exc}", file=sys.stderr)
+        return exit_codes.FINDINGS
+    except OSError as exc:
+        # I/O failures (read-only evidence directory, disk full) are exit 2, not a traceback.
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"{prog}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return exit_codes.USAGE
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

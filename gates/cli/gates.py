@@ -12,19 +12,14 @@ import sys
 
 from gates import __version__, evidence, exit_codes
 from gates.cli import gates_audit, gates_promotion
-from gates.cli.common import UsageError, add_contract_arguments, run_guarded, valid_contracts
+from gates.cli.common import add_contract_arguments, require_known, run_guarded, valid_contracts
 from gates.contract import SHIP_STATUSES, Contract, Gate
-from gates.schema import did_you_mean
 from gates.validate import find_root
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     contracts = valid_contracts(args, "gates")
-    if args.contract and args.contract not in {c.id for c in contracts}:
-        guess = did_you_mean(args.contract, [c.id for c in contracts])
-        raise UsageError(
-            f"unknown contract {args.contract}" + (f"; did you mean {guess}?" if guess else "")
-        )
+    require_known("contract", args.contract, [c.id for c in contracts])
     rows = [
         (c, g)
         for c in contracts

@@ -9,25 +9,14 @@ from pathlib import Path
 
 from gates import exit_codes
 from gates.audit import render_table, run_audit, write_audit_evidence
-from gates.cli.common import UsageError, valid_contracts
-from gates.schema import did_you_mean
+from gates.cli.common import require_known, valid_contracts
 from gates.validate import find_root
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
     contracts = valid_contracts(args, "gates")
-    ids = [c.id for c in contracts]
-    if args.contract and args.contract not in ids:
-        guess = did_you_mean(args.contract, ids)
-        raise UsageError(
-            f"unknown contract {args.contract}" + (f"; did you mean {guess}?" if guess else "")
-        )
-    gate_ids = [g.id for c in contracts for g in c.gates]
-    if args.gate and args.gate not in gate_ids:
-        guess = did_you_mean(args.gate, gate_ids)
-        raise UsageError(
-            f"unknown gate {args.gate}" + (f"; did you mean {guess}?" if guess else "")
-        )
+    require_known("contract", args.contract, [c.id for c in contracts])
+    require_known("gate", args.gate, [g.id for c in contracts for g in c.gates])
     root = args.root or (find_root(contracts[0].path) if contracts else Path.cwd())
 
     def progress(row) -> None:

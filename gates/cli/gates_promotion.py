@@ -9,19 +9,14 @@ import sys
 from pathlib import Path
 
 from gates import atomic, exit_codes, promotion
-from gates.cli.common import UsageError, valid_contracts
+from gates.cli.common import require_known, valid_contracts
 from gates.contract import Contract, Gate
-from gates.schema import did_you_mean
 from gates.validate import find_root
 
 
 def find_gate(contracts: list[Contract], gate_id: str) -> tuple[Contract, Gate]:
-    for c in contracts:
-        gate = c.gate(gate_id)
-        if gate is not None:
-            return c, gate
-    guess = did_you_mean(gate_id, [g.id for c in contracts for g in c.gates])
-    raise UsageError(f"unknown gate {gate_id}" + (f"; did you mean {guess}?" if guess else ""))
+    require_known("gate", gate_id, [g.id for c in contracts for g in c.gates])
+    return next((c, g) for c in contracts for g in c.gates if g.id == gate_id)
 
 
 def _target(args: argparse.Namespace) -> tuple[Path, Contract, Gate]:
@@ -48,42 +43,27 @@ def _print_check(result: promotion.CheckResult) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     root, contract, gate = _target(args)
-    try:
-        result = promotion.check(
-            root, contract, gate, args.artifact, command=sys.argv, allow_dirty=True
-        )
-    except promotion.RefusedError as exc:
-        print(f"gates check: refused: {exc}", file=sys.stderr)
-        return exit_codes.FINDINGS
+    result = promotion.check(
+        root, contract, gate, args.artifact, command=sys.argv, allow_dirty=True
+    )
     _print_check(result)
     if args.out:
-        try:
-            atomic.atomic_write(args.out, (json.dumps(result.evidence, indent=2) + "\n").encode())
-        except OSError as exc:
-            raise UsageError(f"cannot write {args.out}: {exc.strerror or exc}") from None
+        atomic.atomic_write(args.out, (json.dumps(result.evidence, indent=2) + "\n").encode())
         print(f"evidence written to {args.out}")
     return exit_codes.OK if result.verdict in ("PASS", "PARTIAL") else exit_codes.FINDINGS
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
     root, contract, gate = _target(args)
-    try:
-        result = promotion.promote(
-            root,
-            contract.path,
-            gate.id,
-            args.artifact,
-            to=args.to,
-            allow_dirty=args.allow_dirty,
-            command=sys.argv,
-        )
-    except promotion.RefusedError as exc:
-        print(f"gates promote: refused, nothing changed: {exc}", file=sys.stderr)
-        return exit_codes.FINDINGS
-    except OSError as exc:
-        raise UsageError(
-            f"cannot write {exc.filename or ''}: {exc.strerror or exc}; nothing was changed"
-        ) from None
+    result = promotion.promote(
+        root,
+        contract.path,
+        gate.id,
+        args.artifact,
+        to=args.to,
+        allow_dirty=args.allow_dirty,
+        command=sys.argv,
+    )
     _print_check(result)
     print(
         f"promoted {gate.id} to {args.to}: {contract.path} is now "
@@ -95,15 +75,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
 def cmd_demote(args: argparse.Namespace) -> int:
     root, contract, gate = _target(args)
-    try:
-        version = promotion.demote(root, contract.path, gate.id, args.reason)
-    except promotion.RefusedError as exc:
-        print(f"gates demote: refused, nothing changed: {exc}", file=sys.stderr)
-        return exit_codes.FINDINGS
-    except OSError as exc:
-        raise UsageError(
-            f"cannot write {exc.filename or ''}: {exc.strerror or exc}; nothing was changed"
-        ) from None
+    version = promotion.demote(root, contract.path, gate.id, args.reason)
     print(f"demoted {gate.id} to PENDING: {contract.path} is now {version}")
     return exit_codes.OK
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from gates import atomic, evidence, promotion
+from gates.cli import gates as gates_cli
 from gates.validate import validate
 from tests.acceptance import widget_project
 
@@ -290,3 +291,19 @@ def test_two_promotions_at_once_on_one_contract_lose_no_edit(project):
     }
     assert c.metadata.version == "1.2.0"
     assert [e.version for e in c.changelog] == ["1.2.0", "1.1.0", "1.0.0"]
+
+
+def test_cli_refusal_is_exit_1_and_io_failure_is_exit_2(project, monkeypatch, capsys):
+    root, contract = project
+    argv = ["promote", "GATE-WIDGET-001", "--files", str(contract), "--root", str(root)]
+    assert gates_cli.main([*argv, "--artifact", str(root.parent / "missing.txt")]) == 1
+    assert "refused, nothing changed: artifact" in capsys.readouterr().err
+
+    def no_space(target: Path, data: bytes) -> Path:
+        raise OSError(28, "No space left on device", str(target))
+
+    monkeypatch.setattr(atomic, "write_temp", no_space)
+    before = _snapshot(root, contract)
+    assert gates_cli.main([*argv, "--artifact", str(artifact(root, 5))]) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert _snapshot(root, contract) == before

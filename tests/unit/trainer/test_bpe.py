@@ -1,0 +1,221 @@
+"""The BPE trainer equals Hugging Face `tokenizers` merge for merge, and its naive reference.
+
+Oracles: HF BpeTrainer (ByteLevel, add_prefix_space=False, ByteLevel initial alphabet) and
+train_reference (recount everything every merge). Corpora are random and adversarial:
+runs of one character (overlapping pairs), ties, "\\r", apostrophes, digits, non-ASCII,
+letters new in Unicode 17 (which HF treats as "other"), specials that collide with merges.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import regex
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+from trainer.tokenizer import bpe
+from trainer.tokenizer.pretokenize import ALPHABET, count_words, lines, pretokenize
+from trainer.tokenizer.unicode_classes import LETTER_RANGES
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _first_unicode17_only_letter() -> str:
+    hf = {cp for a, b in LETTER_RANGES for cp in range(a, b + 1)}
+    return next(
+        chr(cp)
+        for cp in range(0x80, 0x110000)
+        if not 0xD800 <= cp <= 0xDFFF and cp not in hf and regex.match(r"\p{L}", chr(cp))
+    )
+
+
+NEW_LETTER = _first_unicode17_only_letter()
+CHARS = [
+    "a",
+    "b",
+    "c",
+    "a",
+    "b",
+    " ",
+    " ",
+    "\n",
+    "\r",
+    "'",
+    "s",
+    "1",
+    "2",
+    "é",
+    "ß",
+    "日",
+    "\u3000",
+    "\t",
+    "-",
+    ".",
+    NEW_LETTER,
+]
+
+
+def hf_train(
+    text: str, vocab_size: int, min_frequency: int, specials: tuple[str, ...]
+) -> tuple[list[str], list[tuple[str, str]]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "corpus.txt"
+        path.write_bytes(text.encode("utf-8"))
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=list(specials),
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        tok.train([str(path)], trainer)
+    model = json.loads(tok.to_str())["model"]
+    vocab = [t for t, _ in sorted(model["vocab"].items(), key=lambda kv: kv[1])]
+    return vocab, [tuple(m) for m in model["merges"]]
+
+
+corpora = st.lists(st.sampled_from(CHARS), min_size=1, max_size=300).map("".join)
+specials = st.sampled_from([("<|endoftext|>",), (), ("<|endoftext|>", "ab"), ("ab", "<pad>")])
+
+
+@given(text=corpora, extra=st.integers(0, 80), min_frequency=st.integers(0, 3), sp=specials)
+@settings(max_examples=150)
+def test_train_fast_equals_hf_merge_for_merge(text, extra, min_frequency, sp):
+    vocab_size = len(sp) + len(set(ALPHABET) | set("".join(count_words([text])))) + extra
+    hf_vocab, hf_merges = hf_train(text, vocab_size, min_frequency, sp)
+    ours = bpe.train_fast(
+        count_words([text]), vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=sp
+    )
+    assert list(ours.merges) == hf_merges
+    assert list(ours.vocab) == hf_vocab
+
+
+@given(text=corpora, extra=st.integers(0, 80), min_frequency=st.integers(0, 3), sp=specials)
+@settings(max_examples=150)
+def test_train_fast_equals_the_naive_reference(text, extra, min_frequency, sp):
+    counts = count_words([text])
+    vocab_size = len(sp) + len(set(ALPHABET) | set("".join(counts))) + extra
+    fast = bpe.train_fast(
+        counts, vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=sp
+    )
+    naive = bpe.train_reference(
+        counts, vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=sp
+    )
+    assert fast == naive
+
+
+@given(st.lists(st.sampled_from([c for c in CHARS if c != "\n"]), max_size=80).map("".join))
+def test_pretokenize_equals_hf_byte_level(text):
+    hf = pre_tokenizers.ByteLevel(add_prefix_space=False).pre_tokenize_str(text)
+    assert pretokenize(text) == [piece for piece, _ in hf]
+
+
+def test_lines_split_on_newline_only_and_keep_it():
+    assert list(lines("a\r\nb\x0bc\u2028d\n\ne")) == ["a\r\n", "b\x0bc\u2028d\n", "\n", "e"]
+
+
+def test_golden_merges_derived_by_hand():
+    # low x5, lower x2, newest x6, widest x3; min_frequency 2. By hand: (e,s)=9 ties (s,t)=9 and
+    # e<s wins; then es+t; (l,o)=7 ties (o,w)=7, l<o; lo+w; (e,w)=6 beats (n,e), (w,est);
+    # n+ew; new+est; at 3: d<i<w so d+est, i+dest, w+idest; at 2: e<low so e+r; low+er.
+    counts = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
+    model = bpe.train_fast(counts, vocab_size=1000, min_frequency=2, special_tokens=())
+    assert ["".join(m) for m in model.merges] == [
+        "es",
+        "est",
+        "lo",
+        "low",
+        "ew",
+        "new",
+        "newest",
+        "dest",
+        "idest",
+        "widest",
+        "er",
+        "lower",
+    ]
+    assert model.vocab[:2] == ("!", '"')  # sorted by code point of the mapped character
+    assert model.vocab[-1] == "lower"
+
+
+def test_specials_take_the_first_ids_and_a_colliding_merge_adds_no_slot():
+    model = bpe.train_fast({"ab": 3}, vocab_size=400, special_tokens=("ab", "<|endoftext|>"))
+    assert model.vocab[:2] == ("ab", "<|endoftext|>")
+    assert model.merges == (("a", "b"),)
+    assert len(model.vocab) == 2 + 256  # "ab" reused id 0
+
+
+def test_vocab_too_small_for_the_alphabet_is_an_error():
+    with pytest.raises(bpe.BpeConfigError, match="smaller than"):
+        bpe.train_fast({"ab": 1}, vocab_size=100)
+
+
+def test_progress_is_reported_every_thousand_merges():
+    text = "".join(f"w{i} x{i * 7} y{i % 13}\n" for i in range(4000))
+    calls = []
+    bpe.train_fast(
+        count_words([text]),
+        vocab_size=2600,
+        progress=lambda merges, seconds, top: calls.append((merges, top)),
+    )
+    assert [m for m, _ in calls] == [1000, 2000]
+    assert all(top >= 1 for _, top in calls)
+
+
+DETERMINISM = """
+import glob, hashlib, os, sys, sysconfig
+from trainer.tokenizer import bpe
+from trainer.tokenizer.pretokenize import count_words
+files = sorted(glob.glob(os.path.join(sysconfig.get_paths()["stdlib"], "*.py")))[:25]
+texts = [open(f, encoding="utf-8", errors="replace").read() for f in files]
+m = bpe.train_fast(count_words(texts), vocab_size=1500, min_frequency=2)
+print(hashlib.sha256(repr((m.vocab, m.merges)).encode()).hexdigest())
+"""
+
+
+@pytest.mark.slow
+def test_training_is_identical_for_any_hash_seed():
+    digests = set()
+    for seed in ("0", "1", "12345"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run(
+            [sys.executable, "-c", DETERMINISM],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=300,
+        )
+        digests.add(out.stdout.strip())
+    assert len(digests) == 1
+
+
+def test_stdlib_slice_equals_hf():
+    import glob  # noqa: PLC0415
+    import sysconfig  # noqa: PLC0415
+
+    files = sorted(glob.glob(os.path.join(sysconfig.get_paths()["stdlib"], "*.py")))[:30]
+    text = "".join(Path(f).read_text(encoding="utf-8", errors="replace") for f in files)
+    hf_vocab, hf_merges = hf_train(text, 2048, 2, ("<|endoftext|>",))
+    ours = bpe.train_fast(count_words([text]), vocab_size=2048, min_frequency=2)
+    assert list(ours.merges) == hf_merges and list(ours.vocab) == hf_vocab
+    assert hashlib.sha256(repr(ours.merges).encode()).hexdigest()  # non-empty result
+    assert len(ours.merges) == 2048 - 257
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127, exclude_characters="\n"), max_size=80))
+def test_ascii_fast_path_equals_hf(text):
+    hf = pre_tokenizers.ByteLevel(add_prefix_space=False).pre_tokenize_str(text)
+    assert pretokenize(text) == [piece for piece, _ in hf]

@@ -1,0 +1,1 @@
+"""Byte-level BPE tokenizer: pre-tokenization, training (C-BPE-TRAIN-PERF), encoding."""

@@ -13,6 +13,7 @@ import platform
 import sys
 
 from trainer import __version__
+from trainer.tokenizer.commands import add_tokenizer_parser
 
 
 def environment() -> dict:
@@ -51,11 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("env", help="report Python, torch and the device training would use")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_env)
+    add_tokenizer_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "special_token", "") is None:
+        args.special_token = ["<|endoftext|>"]
     return args.run(args)
 
 

@@ -25,16 +25,33 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from trainer.tokenizer.pretokenize import ALPHABET
 
 Pair = tuple[int, int]
-#: progress(merges_done, elapsed_seconds, top_count), called every PROGRESS_EVERY merges.
-Progress = Callable[[int, float, int], None]
+#: progress(merges_done, elapsed_seconds, top_count, heap_entries), every PROGRESS_EVERY merges.
+Progress = Callable[[int, float, int, int], None]
 PROGRESS_EVERY = 1000
+#: Rebuild the heap once it holds more than REBUILD_FACTOR entries per live pair (and more
+#: than REBUILD_MIN in all): the source system's heap reached 1.81e9 mostly-stale entries.
+REBUILD_FACTOR = 2
+REBUILD_MIN = 4096
 DEFAULT_SPECIAL_TOKENS = ("<|endoftext|>",)
+
+
+@dataclass
+class TrainStats:
+    """Work counters of one train_fast run (FALSIFY-BPE-TRAIN-PERF-003 and -005 read them)."""
+
+    merges: int = 0
+    #: Words a merge visited, summed over merges: proportional to the words holding each
+    #: merged pair, never to the corpus (a full recount would make it merges x words).
+    words_visited: int = 0
+    heap_peak_entries: int = 0
+    peak_live_pairs: int = 0
+    rebuilds: int = 0
 
 
 class BpeConfigError(ValueError):
@@ -95,21 +112,36 @@ def _merge_word(word: list[int], a: int, b: int, new: int) -> list[tuple[Pair, i
     return changes
 
 
+def _is_stale(stored_count: int, current_count: int) -> bool:
+    return stored_count != current_count
+
+
+def _words_to_visit(pos: set[int], n_words: int) -> Iterable[int]:
+    """The words a merge visits: those its heap entry lists (the inverted index)."""
+    return pos
+
+
+def _rebuild_needed(entries: int, live_pairs: int) -> bool:
+    return entries > REBUILD_MIN and entries > REBUILD_FACTOR * live_pairs
+
+
 def _saved_merges(raw: list[tuple[Pair, int]], id_to_word: list[str]) -> tuple:
     last_rank = {pair: rank for rank, (pair, _) in enumerate(raw)}
     ordered = sorted(last_rank.items(), key=lambda kv: kv[1])
     return tuple((id_to_word[a], id_to_word[b]) for (a, b), _ in ordered)
 
 
-def train_fast(
+def train_fast(  # noqa: PLR0915 - one numbered recipe, as HF writes do_train
     word_counts: Mapping[str, int],
     *,
     vocab_size: int,
     min_frequency: int = 0,
     special_tokens: tuple[str, ...] = DEFAULT_SPECIAL_TOKENS,
     progress: Progress | None = None,
+    stats: TrainStats | None = None,
 ) -> BpeModel:
     """Train on pre-token counts (see pretokenize.count_words)."""
+    stats = stats if stats is not None else TrainStats()
     id_to_word, word_to_id = _initial_vocab(word_counts, vocab_size, special_tokens)
     words = [[word_to_id[ch] for ch in w] for w in word_counts]
     counts = list(word_counts.values())
@@ -137,13 +169,16 @@ def train_fast(
 
     push_updates()
     heapq.heapify(heap)
+    live_pairs = sum(1 for c in pair_counts.values() if c > 0)
+    stats.heap_peak_entries = len(heap)
+    stats.peak_live_pairs = live_pairs
 
     raw_merges: list[tuple[Pair, int]] = []
     start = time.perf_counter()
     while len(word_to_id) < vocab_size and heap:
         neg, a, b, _, pos = heapq.heappop(heap)
         current = pair_counts[(a, b)]
-        if -neg != current:  # stale: refresh, and compare only once it is current
+        if _is_stale(-neg, current):  # refresh, and compare only once it is current
             heapq.heappush(heap, (-current, a, b, seq, pos))
             seq += 1
             continue
@@ -157,20 +192,35 @@ def train_fast(
             word_to_id[new_token] = new_id
         raw_merges.append(((a, b), new_id))
 
-        for i in pos:
+        visited = 0
+        for i in _words_to_visit(pos, len(words)):
+            visited += 1
             n = counts[i]
             for pair, change in _merge_word(words[i], a, b, new_id):
-                pair_counts[pair] = pair_counts.get(pair, 0) + change * n
+                before = pair_counts.get(pair, 0)
+                after = pair_counts[pair] = before + change * n
+                if (before > 0) != (after > 0):
+                    live_pairs += 1 if after > 0 else -1
                 if change > 0:
                     where_to_update.setdefault(pair, set()).add(i)
+        stats.words_visited += visited
         for pair, wpos in where_to_update.items():
             count = pair_counts[pair]
             if count > 0:
                 heapq.heappush(heap, (-count, pair[0], pair[1], seq, wpos))
                 seq += 1
         where_to_update.clear()
+        stats.peak_live_pairs = max(stats.peak_live_pairs, live_pairs)
+        stats.heap_peak_entries = max(stats.heap_peak_entries, len(heap))
+        if _rebuild_needed(len(heap), live_pairs):
+            # An entry whose pair count is <= 0 can never merge again: if the pair forms
+            # anew, its new positions arrive in a fresh entry. Dropping it changes nothing.
+            heap = [e for e in heap if pair_counts[(e[1], e[2])] > 0]
+            heapq.heapify(heap)
+            stats.rebuilds += 1
         if progress and len(raw_merges) % PROGRESS_EVERY == 0:
-            progress(len(raw_merges), time.perf_counter() - start, current)
+            progress(len(raw_merges), time.perf_counter() - start, current, len(heap))
+    stats.merges = len(raw_merges)
 
     return BpeModel(
         tuple(id_to_word),

@@ -167,7 +167,7 @@ def test_progress_is_reported_every_thousand_merges():
     bpe.train_fast(
         count_words([text]),
         vocab_size=2600,
-        progress=lambda merges, seconds, top: calls.append((merges, top)),
+        progress=lambda merges, seconds, top, heap: calls.append((merges, top)),
     )
     assert [m for m, _ in calls] == [1000, 2000]
     assert all(top >= 1 for _, top in calls)

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from contextlib import redirect_stderr
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 from gates.measure import GateContext, Measurement, measures
@@ -161,7 +161,7 @@ def progress_lines(ctx: GateContext) -> Measurement:
     files = _stdlib(60)
     with tempfile.TemporaryDirectory() as tmp:
         err = io.StringIO()
-        with redirect_stderr(err):
+        with redirect_stderr(err), redirect_stdout(io.StringIO()):  # stdout: file paths
             rc = cli.main(
                 [
                     "tokenizer",

@@ -17,7 +17,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
@@ -29,9 +28,9 @@ SPEEDUP_DOCS, SPEEDUP_DOC_BYTES, SPEEDUP_VOCAB, SPEEDUP_MIN_FREQ = 500, 2048, 20
 
 
 def stdlib_files() -> list[Path]:
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    skip = {"site-packages", "dist-packages"}
-    return sorted(p for p in stdlib.rglob("*.py") if skip.isdisjoint(p.relative_to(stdlib).parts))
+    from trainer.tokenizer.counting import embedded_corpus  # noqa: PLC0415
+
+    return embedded_corpus()[0]
 
 
 def speedup_documents() -> list[str]:

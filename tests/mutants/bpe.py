@@ -45,8 +45,9 @@ def _stale_accepted(patch):
 @mutant("pair-counts-not-decremented")
 def _not_decremented(patch):
     real = bpe._merge_word
-    patch.setattr(bpe, "_merge_word",
-                  lambda word, a, b, new: [c for c in real(word, a, b, new) if c[1] > 0])
+    patch.setattr(
+        bpe, "_merge_word", lambda word, a, b, new: [c for c in real(word, a, b, new) if c[1] > 0]
+    )
 
 
 @mutant("special-tokens-not-reserved")
@@ -78,5 +79,8 @@ def _no_progress(patch):
 
 @mutant("progress-missing-top-count")
 def _no_top_count(patch):
-    patch.setattr(commands, "format_progress",
-                  lambda merges, seconds, top, heap: f"[bpe] merges={merges} heap={heap}")
+    patch.setattr(
+        commands,
+        "format_progress",
+        lambda merges, seconds, top, heap: f"[bpe] merges={merges} heap={heap}",
+    )

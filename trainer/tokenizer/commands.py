@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
 from trainer.tokenizer import bpe
-from trainer.tokenizer.counting import CorpusReadError, count_files
+from trainer.tokenizer.counting import CorpusReadError, count_files, embedded_corpus
 from trainer.tokenizer.model import ByteLevelBPE
 
 
@@ -24,16 +23,20 @@ def format_progress(merges: int, seconds: float, top_count: int, heap: int) -> s
 
 
 def input_files(inputs: list[Path]) -> list[Path]:
-    """Files in a deterministic order: each input as given, directories walked sorted."""
+    """Files in a deterministic order: each input as given, directories walked sorted.
+    Without inputs: the embedded corpus (undecodable stdlib files skipped and counted)."""
     if not inputs:
-        inputs = [Path(sysconfig.get_paths()["stdlib"])]
-        pattern = "*.py"
-    else:
-        pattern = "*"
+        files, skipped = embedded_corpus()
+        print(
+            f"[bpe-setup] embedded corpus: standard library, {len(files)} files "
+            f"({len(skipped)} undecodable skipped)",
+            file=sys.stderr,
+        )
+        return files
     files: list[Path] = []
     for item in inputs:
         if item.is_dir():
-            files.extend(sorted(p for p in item.rglob(pattern) if p.is_file()))
+            files.extend(sorted(p for p in item.rglob("*") if p.is_file()))
         elif item.is_file():
             files.append(item)
         else:

@@ -240,8 +240,10 @@ def test_training_does_not_depend_on_word_order():
         items = list(counts.items())
         random.Random(seed).shuffle(items)
         assert bpe.train_fast(dict(items), vocab_size=2500, min_frequency=2) == expected
-    assert bpe.train_fast(dict(reversed(list(counts.items()))), vocab_size=2500,
-                          min_frequency=2) == expected
+    assert (
+        bpe.train_fast(dict(reversed(list(counts.items()))), vocab_size=2500, min_frequency=2)
+        == expected
+    )
 
 
 @pytest.mark.ship_blocking

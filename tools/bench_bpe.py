@@ -28,9 +28,9 @@ SPEEDUP_DOCS, SPEEDUP_DOC_BYTES, SPEEDUP_VOCAB, SPEEDUP_MIN_FREQ = 500, 2048, 20
 
 
 def stdlib_files() -> list[Path]:
-    from trainer.tokenizer.counting import embedded_corpus  # noqa: PLC0415
+    from trainer.data.corpus import embedded_corpus  # noqa: PLC0415
 
-    return embedded_corpus()[0]
+    return list(embedded_corpus().files)
 
 
 def speedup_documents() -> list[str]:

@@ -13,8 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+from trainer.data.corpus import embedded_corpus
 from trainer.tokenizer import bpe
-from trainer.tokenizer.counting import CorpusReadError, count_files, embedded_corpus
+from trainer.tokenizer.counting import CorpusReadError, count_files
 from trainer.tokenizer.model import ByteLevelBPE
 
 
@@ -26,13 +27,11 @@ def input_files(inputs: list[Path]) -> list[Path]:
     """Files in a deterministic order: each input as given, directories walked sorted.
     Without inputs: the embedded corpus (undecodable stdlib files skipped and counted)."""
     if not inputs:
-        files, skipped = embedded_corpus()
+        corpus = embedded_corpus()
         print(
-            f"[bpe-setup] embedded corpus: standard library, {len(files)} files "
-            f"({len(skipped)} undecodable skipped)",
-            file=sys.stderr,
+            f"[bpe-setup] embedded corpus: standard library, {corpus.description}", file=sys.stderr
         )
-        return files
+        return list(corpus.files)
     files: list[Path] = []
     for item in inputs:
         if item.is_dir():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import sysconfig
 from collections import Counter
 from pathlib import Path
 
@@ -22,26 +21,6 @@ PARALLEL_MIN_BYTES = 8 * 1024 * 1024
 
 class CorpusReadError(ValueError):
     """An input file cannot be read as UTF-8 text (names the file)."""
-
-
-def embedded_corpus() -> tuple[list[Path], list[Path]]:
-    """The default corpus: the running interpreter's standard-library .py files, sorted by
-    path, without site-packages. Returns (UTF-8 files, skipped undecodable files)."""
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    skip = {"site-packages", "dist-packages"}
-    files = sorted(
-        p
-        for p in stdlib.rglob("*.py")
-        if skip.isdisjoint(p.relative_to(stdlib).parts) and p.is_file()
-    )
-    good, bad = [], []
-    for f in files:
-        try:
-            f.read_bytes().decode("utf-8")
-            good.append(f)
-        except (UnicodeDecodeError, OSError):
-            bad.append(f)
-    return good, bad
 
 
 def read_text(path: Path) -> str:

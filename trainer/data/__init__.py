@@ -1,0 +1,1 @@
+"""Corpus, token shards and the batch iterator the training loop reads."""

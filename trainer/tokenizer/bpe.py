@@ -22,10 +22,12 @@ train_reference recounts every pair before every merge: slow, kept as the parity
 
 from __future__ import annotations
 
+import gc
 import heapq
 import itertools
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from trainer.tokenizer.pretokenize import ALPHABET
@@ -94,29 +96,60 @@ def _initial_vocab(
     return id_to_word, word_to_id
 
 
-def _merge_word(word: list[int], a: int, b: int, new: int) -> list[tuple[Pair, int]]:
-    """Replace each (a, b), left to right, by ``new`` in place; return pair-count changes
-    for the neighbours (the merged pair itself is not among them)."""
-    changes: list[tuple[Pair, int]] = []
+# Pairs and heap entries are plain ints: hashing and comparing an int runs in C, a tuple
+# of ints calls back per element. A pair is (a << PAIR_BITS) | b. A heap entry packs
+# (COUNT_CAP - count, pair, seq) so the smallest int is the highest count, then the smaller
+# (a, b), then the earlier push; its words live in a dict keyed by seq.
+PAIR_BITS = 21
+PAIR_MASK = (1 << (2 * PAIR_BITS)) - 1
+SEQ_BITS = 40
+SEQ_MASK = (1 << SEQ_BITS) - 1
+COUNT_CAP = 1 << 62
+
+
+def _entry(count: int, pair: int, seq: int) -> int:
+    return ((COUNT_CAP - count) << (2 * PAIR_BITS) | pair) << SEQ_BITS | seq
+
+
+def _entry_parts(entry: int) -> tuple[int, int, int, int]:
+    """(count, a, b, seq) of a heap entry."""
+    pair = (entry >> SEQ_BITS) & PAIR_MASK
+    count = COUNT_CAP - (entry >> (SEQ_BITS + 2 * PAIR_BITS))
+    return count, pair >> PAIR_BITS, pair & ((1 << PAIR_BITS) - 1), entry & SEQ_MASK
+
+
+def _merge_word(word: list[int], a: int, b: int, new: int) -> tuple[list[int], list[int]]:
+    """Replace each (a, b), left to right, by ``new`` in place. Returns the neighbour pairs
+    that lost an occurrence and those that gained one, one entry per occurrence, as HF
+    records them: the merged pair itself is in neither list, and a pair formed and undone
+    within this word (the (new, a) of "abab") is in both."""
+    lost: list[int] = []
+    gained: list[int] = []
     i = 0
-    while i < len(word) - 1:
-        if word[i] == a and word[i + 1] == b:
-            if i > 0:
-                changes.append(((word[i - 1], a), -1))
-                changes.append(((word[i - 1], new), 1))
-            word[i : i + 2] = [new]
-            if i < len(word) - 1:
-                changes.append(((b, word[i + 1]), -1))
-                changes.append(((new, word[i + 1]), 1))
-        i += 1
-    return changes
+    try:
+        while True:
+            i = word.index(a, i)  # C finds the candidates; Python checks only those
+            if i + 1 < len(word) and word[i + 1] == b:
+                if i > 0:
+                    prev = word[i - 1] << PAIR_BITS
+                    lost.append(prev | a)
+                    gained.append(prev | new)
+                word[i : i + 2] = [new]
+                if i + 1 < len(word):
+                    nxt = word[i + 1]
+                    lost.append(b << PAIR_BITS | nxt)
+                    gained.append(new << PAIR_BITS | nxt)
+            i += 1
+    except ValueError:  # no further `a`
+        pass
+    return lost, gained
 
 
 def _is_stale(stored_count: int, current_count: int) -> bool:
     return stored_count != current_count
 
 
-def _words_to_visit(pos: set[int], n_words: int) -> Iterable[int]:
+def _words_to_visit(pos: list[int], n_words: int) -> Iterable[int]:
     """The words a merge visits: those its heap entry lists (the inverted index)."""
     return pos
 
@@ -125,13 +158,27 @@ def _rebuild_needed(entries: int, live_pairs: int) -> bool:
     return entries > REBUILD_MIN and entries > REBUILD_FACTOR * live_pairs
 
 
-def _saved_merges(raw: list[tuple[Pair, int]], id_to_word: list[str]) -> tuple:
+def _saved_merges(raw: list[tuple[int, int]], id_to_word: list[str]) -> tuple:
     last_rank = {pair: rank for rank, (pair, _) in enumerate(raw)}
     ordered = sorted(last_rank.items(), key=lambda kv: kv[1])
-    return tuple((id_to_word[a], id_to_word[b]) for (a, b), _ in ordered)
+    low = (1 << PAIR_BITS) - 1
+    return tuple((id_to_word[p >> PAIR_BITS], id_to_word[p & low]) for p, _ in ordered)
 
 
-def train_fast(  # noqa: PLR0915 - one numbered recipe, as HF writes do_train
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Training allocates millions of small containers that never form cycles; the cyclic
+    collector would rescan them all, again and again (a third of the wall-clock)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def train_fast(
     word_counts: Mapping[str, int],
     *,
     vocab_size: int,
@@ -141,45 +188,75 @@ def train_fast(  # noqa: PLR0915 - one numbered recipe, as HF writes do_train
     stats: TrainStats | None = None,
 ) -> BpeModel:
     """Train on pre-token counts (see pretokenize.count_words)."""
-    stats = stats if stats is not None else TrainStats()
+    if vocab_size >= 1 << PAIR_BITS:
+        raise BpeConfigError(f"vocab_size {vocab_size} exceeds {(1 << PAIR_BITS) - 1}")
+    with _gc_paused():
+        return _train_fast(
+            word_counts,
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=special_tokens,
+            progress=progress,
+            stats=stats if stats is not None else TrainStats(),
+        )
+
+
+def _train_fast(  # noqa: PLR0915 - one numbered recipe, as HF writes do_train
+    word_counts: Mapping[str, int],
+    *,
+    vocab_size: int,
+    min_frequency: int,
+    special_tokens: tuple[str, ...],
+    progress: Progress | None,
+    stats: TrainStats,
+) -> BpeModel:
     id_to_word, word_to_id = _initial_vocab(word_counts, vocab_size, special_tokens)
     words = [[word_to_id[ch] for ch in w] for w in word_counts]
     counts = list(word_counts.values())
 
-    pair_counts: dict[Pair, int] = {}
-    where_to_update: dict[Pair, set[int]] = {}
+    # pair -> count; a pair whose count reaches 0 is deleted, so len() is the live pairs.
+    pair_counts: dict[int, int] = {}
+    # pair -> ascending word indices; ascending because words are visited in order.
+    where_to_update: dict[int, list[int]] = {}
     for i, word in enumerate(words):
         n = counts[i]
-        for pair in itertools.pairwise(word):
+        for x, y in itertools.pairwise(word):
+            pair = x << PAIR_BITS | y
             pair_counts[pair] = pair_counts.get(pair, 0) + n
-            where_to_update.setdefault(pair, set()).add(i)
+            listed = where_to_update.get(pair)
+            if listed is None:
+                where_to_update[pair] = [i]
+            elif listed[-1] != i:
+                listed.append(i)
 
-    # Heap entries: (-count, a, b, seq, words). seq only keeps equal keys in push order.
-    heap: list[tuple[int, int, int, int, set[int]]] = []
+    heap: list[int] = []
+    entry_words: dict[int, list[int]] = {}  # seq -> the words its entry was pushed for
     seq = 0
 
     def push_updates() -> None:
         nonlocal seq
         for pair, pos in where_to_update.items():
-            count = pair_counts[pair]
+            count = pair_counts.get(pair, 0)
             if count > 0:
-                heap.append((-count, pair[0], pair[1], seq, pos))
+                heapq.heappush(heap, _entry(count, pair, seq))
+                entry_words[seq] = pos
                 seq += 1
         where_to_update.clear()
 
-    push_updates()
-    heapq.heapify(heap)
-    live_pairs = sum(1 for c in pair_counts.values() if c > 0)
+    push_updates()  # pushes one by one; the first fill is a heapify's job
     stats.heap_peak_entries = len(heap)
-    stats.peak_live_pairs = live_pairs
+    stats.peak_live_pairs = len(pair_counts)
 
-    raw_merges: list[tuple[Pair, int]] = []
+    raw_merges: list[tuple[int, int]] = []
     start = time.perf_counter()
     while len(word_to_id) < vocab_size and heap:
-        neg, a, b, _, pos = heapq.heappop(heap)
-        current = pair_counts[(a, b)]
-        if _is_stale(-neg, current):  # refresh, and compare only once it is current
-            heapq.heappush(heap, (-current, a, b, seq, pos))
+        stored, a, b, entry_seq = _entry_parts(heapq.heappop(heap))
+        pos = entry_words.pop(entry_seq)
+        pair = a << PAIR_BITS | b
+        current = pair_counts.get(pair, 0)
+        if _is_stale(stored, current):  # refresh, and compare only once it is current
+            heapq.heappush(heap, _entry(current, pair, seq))
+            entry_words[seq] = pos
             seq += 1
             continue
         if current < 1 or current < min_frequency:
@@ -190,32 +267,42 @@ def train_fast(  # noqa: PLR0915 - one numbered recipe, as HF writes do_train
             new_id = len(id_to_word)
             id_to_word.append(new_token)
             word_to_id[new_token] = new_id
-        raw_merges.append(((a, b), new_id))
+        raw_merges.append((pair, new_id))
 
         visited = 0
         for i in _words_to_visit(pos, len(words)):
             visited += 1
             n = counts[i]
-            for pair, change in _merge_word(words[i], a, b, new_id):
-                before = pair_counts.get(pair, 0)
-                after = pair_counts[pair] = before + change * n
-                if (before > 0) != (after > 0):
-                    live_pairs += 1 if after > 0 else -1
-                if change > 0:
-                    where_to_update.setdefault(pair, set()).add(i)
+            lost, gained = _merge_word(words[i], a, b, new_id)
+            for changed in gained:  # gains first: a count never dips below its true value
+                pair_counts[changed] = pair_counts.get(changed, 0) + n
+                listed = where_to_update.get(changed)
+                if listed is None:
+                    where_to_update[changed] = [i]
+                elif listed[-1] != i:
+                    listed.append(i)
+            for changed in lost:
+                after = pair_counts[changed] - n
+                if after:
+                    pair_counts[changed] = after
+                else:
+                    del pair_counts[changed]
         stats.words_visited += visited
-        for pair, wpos in where_to_update.items():
-            count = pair_counts[pair]
-            if count > 0:
-                heapq.heappush(heap, (-count, pair[0], pair[1], seq, wpos))
-                seq += 1
-        where_to_update.clear()
+        push_updates()
+        live_pairs = len(pair_counts)
         stats.peak_live_pairs = max(stats.peak_live_pairs, live_pairs)
         stats.heap_peak_entries = max(stats.heap_peak_entries, len(heap))
         if _rebuild_needed(len(heap), live_pairs):
             # An entry whose pair count is <= 0 can never merge again: if the pair forms
             # anew, its new positions arrive in a fresh entry. Dropping it changes nothing.
-            heap = [e for e in heap if pair_counts[(e[1], e[2])] > 0]
+            kept = []
+            for entry in heap:
+                _, x, y, entry_seq = _entry_parts(entry)
+                if pair_counts.get(x << PAIR_BITS | y, 0) > 0:
+                    kept.append(entry)
+                else:
+                    del entry_words[entry_seq]
+            heap = kept
             heapq.heapify(heap)
             stats.rebuilds += 1
         if progress and len(raw_merges) % PROGRESS_EVERY == 0:
@@ -240,7 +327,7 @@ def train_reference(
     id_to_word, word_to_id = _initial_vocab(word_counts, vocab_size, special_tokens)
     words = [[word_to_id[ch] for ch in w] for w in word_counts]
     counts = list(word_counts.values())
-    raw_merges: list[tuple[Pair, int]] = []
+    raw_merges: list[tuple[int, int]] = []
     while len(word_to_id) < vocab_size:
         pair_counts: dict[Pair, int] = {}
         for word, n in zip(words, counts, strict=True):
@@ -255,7 +342,7 @@ def train_reference(
         new_id = word_to_id.setdefault(new_token, len(id_to_word))
         if new_id == len(id_to_word):
             id_to_word.append(new_token)
-        raw_merges.append(((a, b), new_id))
+        raw_merges.append((a << PAIR_BITS | b, new_id))
         for word in words:
             _merge_word(word, a, b, new_id)
     return BpeModel(

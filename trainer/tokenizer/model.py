@@ -12,12 +12,11 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import regex
 
 from trainer.tokenizer.bpe import BpeModel
 from trainer.tokenizer.pretokenize import CHAR_TO_BYTE, _pattern, to_mapped
@@ -37,7 +36,7 @@ class ByteLevelBPE:
     _ids: dict[str, int] = field(init=False, repr=False)
     _ranks: dict[tuple[int, int], tuple[int, int]] = field(init=False, repr=False)
     _cache: dict[str, tuple[int, ...]] = field(init=False, repr=False, default_factory=dict)
-    _specials: regex.Pattern | None = field(init=False, repr=False)
+    _specials: re.Pattern | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._ids = {t: i for i, t in enumerate(self.vocab)}
@@ -53,9 +52,7 @@ class ByteLevelBPE:
                     f"merge {rank} ({a!r} {b!r}) uses or makes a token not in the vocab: {exc}"
                 ) from None
         specials = sorted(self.special_tokens, key=len, reverse=True)
-        self._specials = (
-            regex.compile("|".join(regex.escape(s) for s in specials)) if specials else None
-        )
+        self._specials = re.compile("|".join(re.escape(s) for s in specials)) if specials else None
 
     @classmethod
     def from_model(cls, model: BpeModel) -> ByteLevelBPE:

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -23,8 +24,8 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from trainer.tokenizer import bpe
-from trainer.tokenizer.pretokenize import ALPHABET, count_words, lines, pretokenize
-from trainer.tokenizer.unicode_classes import LETTER_RANGES
+from trainer.tokenizer.pretokenize import ALPHABET, count_words, pretokenize
+from trainer.tokenizer.unicode_classes import LETTER_RANGES, NUMBER_RANGES, WHITESPACE_RANGES
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -121,8 +122,61 @@ def test_pretokenize_equals_hf_byte_level(text):
     assert pretokenize(text) == [piece for piece, _ in hf]
 
 
-def test_lines_split_on_newline_only_and_keep_it():
-    assert list(lines("a\r\nb\x0bc\u2028d\n\ne")) == ["a\r\n", "b\x0bc\u2028d\n", "\n", "e"]
+# Both sides of every edge of the spelled-out classes: where a wrong table would show.
+CLASS_EDGES = sorted(
+    {
+        chr(cp)
+        for a, b in (*LETTER_RANGES, *NUMBER_RANGES, *WHITESPACE_RANGES)
+        for cp in (a - 1, a, b, b + 1)
+        if 0 <= cp < 0x110000 and not 0xD800 <= cp <= 0xDFFF
+    }
+)
+edge_text = st.text(
+    alphabet=st.one_of(
+        st.characters(codec="utf-8"), st.sampled_from(CLASS_EDGES), st.sampled_from("a1 ")
+    ),
+    max_size=60,
+)
+
+
+@given(edge_text)
+@settings(max_examples=400)
+def test_pretokenize_equals_hf_on_any_unicode_text(text):
+    # Every code point class (letters, numbers, whitespace: spelled out for `re`) as HF's.
+    hf = pre_tokenizers.ByteLevel(add_prefix_space=False).pre_tokenize_str(text)
+    assert pretokenize(text) == [piece for piece, _ in hf]
+
+
+def test_every_class_edge_splits_as_hf():
+    # Exhaustive over CLASS_EDGES, in contexts that tell letter, number, whitespace and
+    # other apart ("cc!" splits in three only for whitespace; "ac", "1c" stay whole only
+    # for letters and numbers).
+    hf = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    for c in CLASS_EDGES:
+        text = f"{c}{c}! a{c} 1{c}{c}x"
+        assert pretokenize(text) == [piece for piece, _ in hf.pre_tokenize_str(text)], hex(ord(c))
+
+
+def hf_file_lines(text: str) -> list[str]:
+    """How HF's trainer reads a file: split after each "\\n", which stays on its line."""
+    parts = text.split("\n")
+    return [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def test_hf_file_lines_split_on_newline_only():
+    assert hf_file_lines("a\r\nb\x0bc\u2028d\n\ne") == ["a\r\n", "b\x0bc\u2028d\n", "\n", "e"]
+
+
+ascii_text = st.text(alphabet=st.characters(max_codepoint=127), max_size=200)
+
+
+@given(st.one_of(corpora, ascii_text))
+@settings(max_examples=300)
+def test_counting_a_file_equals_the_pattern_run_line_by_line(text):
+    # count_words reads a whole file in one regex pass; HF runs the encoder's pattern on
+    # each line. Whitespace before a "\n" must end with it, never run into the next line.
+    expected = Counter(piece for line in hf_file_lines(text) for piece in pretokenize(line))
+    assert count_words([text]) == expected
 
 
 def test_golden_merges_derived_by_hand():

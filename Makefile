@@ -21,11 +21,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# The main job's stages are files: a finished stage is reused, a changed input redoes it.
+DEMO       ?= runs/demo
+DEMO_VOCAB ?= 8192
+
+demo: $(STAMP) $(DEMO)/data/manifest.json
 	$(BIN)/pv validate contracts/*.yaml
 	$(BIN)/pv status
 	$(BIN)/gates check GATE-PV-001
+	$(BIN)/trainer data inspect $(DEMO)/data
 	$(BIN)/trainer env
+
+$(DEMO)/tokenizer/tokenizer.json: $(STAMP)
+	$(BIN)/trainer tokenizer train --vocab-size $(DEMO_VOCAB) --out $(DEMO)/tokenizer
+
+$(DEMO)/data/manifest.json: $(DEMO)/tokenizer/tokenizer.json
+	$(BIN)/trainer data encode --tokenizer $(DEMO)/tokenizer --out $(DEMO)/data --force
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -13,6 +13,7 @@ import platform
 import sys
 
 from trainer import __version__
+from trainer.data.commands import add_data_parser
 from trainer.tokenizer.commands import add_tokenizer_parser
 
 
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_env)
     add_tokenizer_parser(sub)
+    add_data_parser(sub)
     return parser
 
 

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 #: The contract workload of FALSIFY-BPE-TRAIN-PERF-005: 500 documents, V=2048, f=2.
 #: Documents are the first 500 stdlib modules (sorted paths), each cut to its first 2 KiB
 #: so the naive reference finishes in about a minute.
@@ -182,6 +183,12 @@ def main(argv: list[str] | None = None) -> int:
         result["identical_merges"] = (
             result["fast"]["merges_sha256"] == result["hf"]["merges_sha256"]
         )
+    from gates.evidence import git_info, host_info, utc_now  # noqa: PLC0415
+
+    result["captured_at"] = utc_now()
+    result["command"] = " ".join(["python", "tools/bench_bpe.py", *(argv or sys.argv[1:])])
+    result["host"] = host_info()
+    result["git"] = git_info(ROOT)
     text = json.dumps(result, indent=2)
     if args.out:
         args.out.write_text(text + "\n")

@@ -37,8 +37,18 @@ def _stale_accepted(patch):
 
 @mutant("pair-counts-not-decremented")
 def _not_decremented(patch):
-    real = bpe._merge_word
-    patch.setattr(bpe, "_merge_word", lambda word, a, b, new: ([], real(word, a, b, new)[1]))
+    real = bpe._word_merger
+
+    def merger_without_losses(a, b, new):
+        merge = real(a, b, new)
+
+        def merge_without_losses(word):
+            merged, _, gained = merge(word)
+            return merged, [], gained
+
+        return merge_without_losses
+
+    patch.setattr(bpe, "_word_merger", merger_without_losses)
 
 
 @mutant("special-tokens-not-reserved")

@@ -118,31 +118,42 @@ def _entry_parts(entry: int) -> tuple[int, int, int, int]:
     return count, pair >> PAIR_BITS, pair & ((1 << PAIR_BITS) - 1), entry & SEQ_MASK
 
 
-def _merge_word(word: list[int], a: int, b: int, new: int) -> tuple[list[int], list[int]]:
-    """Replace each (a, b), left to right, by ``new`` in place. Returns the neighbour pairs
-    that lost an occurrence and those that gained one, one entry per occurrence, as HF
-    records them: the merged pair itself is in neither list, and a pair formed and undone
-    within this word (the (new, a) of "abab") is in both."""
-    lost: list[int] = []
-    gained: list[int] = []
-    i = 0
-    try:
-        while True:
-            i = word.index(a, i)  # C finds the candidates; Python checks only those
-            if i + 1 < len(word) and word[i + 1] == b:
-                if i > 0:
-                    prev = word[i - 1] << PAIR_BITS
-                    lost.append(prev | a)
-                    gained.append(prev | new)
-                word[i : i + 2] = [new]
-                if i + 1 < len(word):
-                    nxt = word[i + 1]
-                    lost.append(b << PAIR_BITS | nxt)
-                    gained.append(new << PAIR_BITS | nxt)
-            i += 1
-    except ValueError:  # no further `a`
-        pass
-    return lost, gained
+MergeWord = Callable[[str], tuple[str, list[int], list[int]]]
+
+
+def _word_merger(a: int, b: int, new: int) -> MergeWord:
+    """The merge of (a, b) into ``new``, applied to one word at a time. A word is a string
+    whose characters are token ids (chr(id)), so finding and replacing the pair runs in C.
+    The merge returns the new word, the neighbour pairs that lost an occurrence and those
+    that gained one, one entry per occurrence, as HF records them: the merged pair itself
+    is in neither list, and a pair formed and undone within the word (the (new, a) of
+    "abab") is in both."""
+    pair, new_char = chr(a) + chr(b), chr(new)
+    b_key, new_key = b << PAIR_BITS, new << PAIR_BITS
+
+    def merge(word: str) -> tuple[str, list[int], list[int]]:
+        lost: list[int] = []
+        gained: list[int] = []
+        site = word.find(pair)
+        after_previous = -1  # index just past the previous site: its symbol is now `new`
+        while site >= 0:
+            if site > 0:
+                left = (new if site == after_previous else ord(word[site - 1])) << PAIR_BITS
+                lost.append(left | a)
+                gained.append(left | new)
+            if site + 2 < len(word):
+                right = ord(word[site + 2])
+                lost.append(b_key | right)
+                gained.append(new_key | right)
+            after_previous = site + 2
+            site = word.find(pair, after_previous)
+        return word.replace(pair, new_char), lost, gained
+
+    return merge
+
+
+def _as_id_string(word: str, word_to_id: Mapping[str, int]) -> str:
+    return "".join(chr(word_to_id[ch]) for ch in word)
 
 
 def _is_stale(stored_count: int, current_count: int) -> bool:
@@ -211,7 +222,8 @@ def _train_fast(  # noqa: PLR0915 - one numbered recipe, as HF writes do_train
     stats: TrainStats,
 ) -> BpeModel:
     id_to_word, word_to_id = _initial_vocab(word_counts, vocab_size, special_tokens)
-    words = [[word_to_id[ch] for ch in w] for w in word_counts]
+    to_ids = {ord(ch): chr(i) for ch, i in word_to_id.items() if len(ch) == 1}
+    words = [w.translate(to_ids) for w in word_counts]  # one symbol per character, in C
     counts = list(word_counts.values())
 
     # pair -> count; a pair whose count reaches 0 is deleted, so len() is the live pairs.
@@ -220,7 +232,7 @@ def _train_fast(  # noqa: PLR0915 - one numbered recipe, as HF writes do_train
     where_to_update: dict[int, list[int]] = {}
     for i, word in enumerate(words):
         n = counts[i]
-        for x, y in itertools.pairwise(word):
+        for x, y in itertools.pairwise(map(ord, word)):
             pair = x << PAIR_BITS | y
             pair_counts[pair] = pair_counts.get(pair, 0) + n
             listed = where_to_update.get(pair)
@@ -270,10 +282,11 @@ def _train_fast(  # noqa: PLR0915 - one numbered recipe, as HF writes do_train
         raw_merges.append((pair, new_id))
 
         visited = 0
+        merge = _word_merger(a, b, new_id)
         for i in _words_to_visit(pos, len(words)):
             visited += 1
             n = counts[i]
-            lost, gained = _merge_word(words[i], a, b, new_id)
+            words[i], lost, gained = merge(words[i])
             for changed in gained:  # gains first: a count never dips below its true value
                 pair_counts[changed] = pair_counts.get(changed, 0) + n
                 listed = where_to_update.get(changed)
@@ -325,13 +338,13 @@ def train_reference(
 ) -> BpeModel:
     """The naive algorithm: recount every pair before every merge. Parity oracle only."""
     id_to_word, word_to_id = _initial_vocab(word_counts, vocab_size, special_tokens)
-    words = [[word_to_id[ch] for ch in w] for w in word_counts]
+    words = [_as_id_string(w, word_to_id) for w in word_counts]
     counts = list(word_counts.values())
     raw_merges: list[tuple[int, int]] = []
     while len(word_to_id) < vocab_size:
         pair_counts: dict[Pair, int] = {}
         for word, n in zip(words, counts, strict=True):
-            for pair in itertools.pairwise(word):
+            for pair in itertools.pairwise(map(ord, word)):
                 pair_counts[pair] = pair_counts.get(pair, 0) + n
         if not pair_counts:
             break
@@ -343,8 +356,8 @@ def train_reference(
         if new_id == len(id_to_word):
             id_to_word.append(new_token)
         raw_merges.append((a << PAIR_BITS | b, new_id))
-        for word in words:
-            _merge_word(word, a, b, new_id)
+        merge = _word_merger(a, b, new_id)
+        words = [merge(word)[0] for word in words]
     return BpeModel(
         tuple(id_to_word),
         _saved_merges(raw_merges, id_to_word),

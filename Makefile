@@ -30,6 +30,7 @@ demo: $(STAMP) $(DEMO)/data/manifest.json
 	$(BIN)/pv status
 	$(BIN)/gates check GATE-PV-001
 	$(BIN)/trainer data inspect $(DEMO)/data
+	$(BIN)/trainer plan configs/quickstart-cpu.yaml
 	$(BIN)/trainer env
 
 $(DEMO)/tokenizer/tokenizer.json: $(STAMP)

@@ -13,7 +13,9 @@ import platform
 import sys
 
 from trainer import __version__
+from trainer.config.commands import add_validate_parser
 from trainer.data.commands import add_data_parser
+from trainer.plan.commands import add_plan_parser
 from trainer.tokenizer.commands import add_tokenizer_parser
 
 
@@ -55,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_env)
     add_tokenizer_parser(sub)
     add_data_parser(sub)
+    add_validate_parser(sub)
+    add_plan_parser(sub)
     return parser
 
 

@@ -1,0 +1,111 @@
+"""`trainer validate CONFIG [--json]` — check a run config without data, model or GPU.
+
+Checks the YAML, the schema (trainer/config/schema.json), the architecture, and the
+C-TRAINCFG-001 rules that need no sequence count (warmup <= 10 % of max_steps, warmup <
+max_steps, min_lr = 0.1 x lr, tokens per parameter at their upper bound). Steps per epoch,
+the epochs cap and the reachable steps need N, which ``trainer plan`` counts from the
+shard manifest. Fast enough for CI: no torch import.
+
+    trainer validate configs/quickstart.yaml           # exit 0 valid, 1 invalid
+    file:line:column: error FIELD: message (hint)       # one line per problem
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from trainer.config.algebra import DataFreeReport, RuleResult, evaluate_data_free
+from trainer.config.load import ConfigError, ConfigFinding, RunConfig, load_config
+from trainer.model.params import param_count
+
+CONTRACT = "C-TRAINCFG-001"
+NOT_CHECKED = (
+    "steps per epoch, the epochs cap and the reachable steps need N, the training "
+    "sequences; `trainer plan CONFIG` counts N from the shard manifest and checks them"
+)
+
+
+def rule_finding(cfg: RunConfig, result: RuleResult, severity: str) -> ConfigFinding:
+    """An algebra result as a finding cited at the YAML line of its first field."""
+    field = result.fields[0]
+    line, column = cfg.position_of(field)
+    message = result.message.removesuffix(f"; {result.fix}") if result.fix else result.message
+    hint = "; ".join(p for p in (result.fix, f"{CONTRACT} {result.rule}") if p)
+    return ConfigFinding(
+        str(cfg.path), line, column, field, message, hint, result.rule.lower(), severity
+    )
+
+
+def validate(path: Path) -> tuple[list[ConfigFinding], RunConfig | None, DataFreeReport | None]:
+    """(findings, config, data-free algebra report); config and report are None when the
+    file does not load."""
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        return exc.findings, None, None
+    report = evaluate_data_free(cfg.algebra_inputs(sequences=None, params=param_count(cfg.model)))
+    findings = [rule_finding(cfg, v, "error") for v in report.violations]
+    findings += [rule_finding(cfg, w, "warning") for w in report.warnings]
+    findings.sort(key=lambda f: (f.severity != "error", f.line or 0, f.column or 0))
+    return findings, cfg, report
+
+
+def summary(cfg: RunConfig, report: DataFreeReport) -> list[str]:
+    m, d, t, o = cfg.model, cfg.data, cfg.training, cfg.optimizer
+    tokens_per_step = d.micro_batch * t.gradient_accumulation * d.seq_len
+    model = f"preset {cfg.model_preset}" if cfg.model_preset else "architecture"
+    return [
+        f"  model     {model}: {param_count(m):,} parameters, {m.num_hidden_layers} layers, "
+        f"hidden {m.hidden_size}, heads {m.num_attention_heads}/{m.num_key_value_heads}, "
+        f"vocab {m.vocab_size}",
+        f"  batch     micro_batch {d.micro_batch} x gradient_accumulation "
+        f"{t.gradient_accumulation} x seq_len {d.seq_len} = {tokens_per_step:,} tokens per step",
+        f"  schedule  {t.max_steps} steps (epochs cap {t.epochs}), warmup {t.warmup_steps}, "
+        f"lr {o.lr:g} -> min_lr {o.min_lr:g}, {t.lr_scheduler}",
+        f"  tokens    at most {report.tokens_upper_bound:,} "
+        f"({report.tokens_per_param_upper_bound:.2f} per parameter) if all {t.max_steps} "
+        "steps are reachable",
+        f"  not checked: {NOT_CHECKED}",
+    ]
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    findings, cfg, report = validate(args.config)
+    errors = [f for f in findings if f.severity == "error"]
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "config": str(args.config),
+                    "valid": not errors,
+                    "findings": [f.to_json() for f in findings],
+                    "algebra": report.to_json() if report else None,
+                    "params": param_count(cfg.model) if cfg else None,
+                    "not_checked": NOT_CHECKED,
+                },
+                indent=2,
+            )
+        )
+        return 1 if errors else 0
+    for finding in findings:
+        print(finding.render())
+    if errors:
+        print(f"{args.config}: invalid ({len(errors)} error{'s' * (len(errors) != 1)})")
+        return 1
+    assert cfg is not None and report is not None  # loaded, since no error
+    print(f"{args.config}: valid (schema, architecture, data-free {CONTRACT} rules)")
+    print("\n".join(summary(cfg, report)))
+    return 0
+
+
+def add_validate_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "validate",
+        help="check a run config: schema, architecture and the data-free step algebra",
+        description=__doc__.splitlines()[0],
+    )
+    p.add_argument("config", type=Path, metavar="CONFIG")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=cmd_validate)

@@ -1,0 +1,582 @@
+"""Load a run config (one YAML file: model, data, optimizer, training, monitoring) into
+frozen dataclasses, or report every problem with its file, line, column and field.
+
+    cfg = load_config(Path("configs/quickstart.yaml"))     # raises ConfigError(findings)
+    cfg.model                  # trainer.model.config.LlamaConfig (preset + overrides)
+    cfg.training.max_steps     # defaults filled from schema.json
+    cfg.line_of("training.epochs")                         # 1-based YAML line, or None
+
+Checks, all reported together, never as a traceback: the YAML itself (gates/source.py:
+binary, tabs, duplicate keys, aliases, syntax), the JSON Schema in schema.json (unknown
+keys with a did-you-mean, types, ranges, enums, required keys; integers must be written
+as integers, numbers must be finite), then the architecture (LlamaConfig.problems(),
+cited at the offending key) and seq_len <= max_position_embeddings.
+
+YAML numbers may use underscores (``32_768``, ``1_000_000``) and exponents (``3.0e-4``):
+the YAML reader (ruamel, YAML 1.2 rules with underscores) already reads them as numbers,
+which tests/unit/trainer/test_config_load.py pins. A *quoted* "32_768" is a string the
+author asked for and is reported as a wrong type.
+
+Paths (data.shards, data.tokenizer, training.output_dir) are kept as written; relative
+ones resolve against the current working directory, as the seed's configs assume.
+No torch import (``trainer validate`` must start fast).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator, validators
+from ruamel.yaml.comments import CommentedMap
+
+from gates.source import SourceError, UnreadablePathError, YamlSource, read_yaml
+from trainer.config.algebra import AlgebraInputs, default_min_lr
+from trainer.model.config import LlamaConfig, ModelConfigError, preset
+
+SCHEMA_PATH = Path(__file__).with_name("schema.json")
+#: Without a preset, these architecture keys have no default.
+ARCH_REQUIRED = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+)
+_ARCH_FIELDS = frozenset(f.name for f in dataclasses.fields(LlamaConfig))
+#: Keys of the seed's (albor's) config shape that this schema names differently, or not at all.
+RENAMED = {
+    "data.batch_size": "micro_batch",
+    "data.train": "shards (the directory from `trainer data encode`; it holds both splits)",
+    "data.val": "shards (the val split lives in the same encoded directory)",
+    "training.grad_accum": "gradient_accumulation",
+    "training.gradient_accumulation_steps": "gradient_accumulation",
+    "optimizer.learning_rate": "lr",
+    "optimizer.max_grad_norm": "grad_clip",
+}
+
+
+@dataclass(frozen=True)
+class ConfigFinding:
+    """One problem with a config file, where it is, and how to fix it."""
+
+    path: str
+    line: int | None  # 1-based; None when the file itself could not be read
+    column: int | None
+    field: str  # dotted, e.g. "training.epochs"; "" for the file as a whole
+    message: str
+    hint: str = ""
+    code: str = "config-invalid"  # kebab-case id, e.g. "unknown-key", "yaml-syntax"
+    severity: str = "error"  # error | warning
+
+    def render(self) -> str:
+        where = self.path if self.line is None else f"{self.path}:{self.line}:{self.column or 1}"
+        subject = f"{self.severity} {self.field}" if self.field else self.severity
+        hint = f" ({self.hint})" if self.hint else ""
+        return f"{where}: {subject}: {self.message}{hint}"
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class ConfigError(Exception):
+    """The config is invalid; ``findings`` holds every problem, in file order."""
+
+    def __init__(self, findings: list[ConfigFinding]) -> None:
+        self.findings = list(findings)
+        super().__init__("\n".join(f.render() for f in self.findings))
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    shards: Path  # encoded directory (manifest.json); relative to the working directory
+    tokenizer: Path
+    micro_batch: int  # sequences per forward/backward on one rank
+    seq_len: int  # tokens per sequence
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    name: str
+    lr: float  # peak learning rate
+    min_lr: float  # end of the cosine; 0.1 * lr unless given
+    min_lr_given: bool  # written in the file (else the default)
+    beta1: float
+    beta2: float
+    eps: float
+    weight_decay: float
+    grad_clip: float | None  # None: no clipping
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    epochs: int
+    max_steps: int
+    warmup_steps: int
+    gradient_accumulation: int
+    lr_scheduler: str
+    mixed_precision: str  # fp32 | bf16 | fp16
+    seed: int
+    eval_interval: int
+    save_interval: int
+    output_dir: Path
+    force_token_budget: bool
+
+
+@dataclass(frozen=True)
+class MonitoringConfig:
+    log_interval: int
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    path: Path
+    name: str | None
+    model: LlamaConfig
+    model_preset: str | None
+    data: DataConfig
+    optimizer: OptimizerConfig
+    training: TrainingConfig
+    monitoring: MonitoringConfig
+    #: dotted field -> 1-based (line, column) of its key, for every key in the file.
+    positions: dict[str, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
+
+    def line_of(self, field_name: str) -> int | None:
+        """The YAML line of ``field_name`` ("training.epochs"), None if the file omits it."""
+        pos = self.positions.get(field_name)
+        return pos[0] if pos else None
+
+    def position_of(self, field_name: str) -> tuple[int, int]:
+        """(line, column) of the field, or of its nearest ancestor in the file (where a
+        defaulted key would be added); (1, 1) for a field none of whose parents exist."""
+        parts = field_name.split(".")
+        while parts:
+            pos = self.positions.get(".".join(parts))
+            if pos:
+                return pos
+            parts.pop()
+        return (1, 1)
+
+    def algebra_inputs(
+        self, *, sequences: int | None, params: int, world_size: int = 1
+    ) -> AlgebraInputs:
+        """The C-TRAINCFG-001 inputs of this config (N from the shard manifest, or None)."""
+        return AlgebraInputs(
+            sequences=sequences,
+            micro_batch=self.data.micro_batch,
+            grad_accum=self.training.gradient_accumulation,
+            seq_len=self.data.seq_len,
+            epochs=self.training.epochs,
+            max_steps=self.training.max_steps,
+            warmup_steps=self.training.warmup_steps,
+            params=params,
+            peak_lr=self.optimizer.lr,
+            min_lr=self.optimizer.min_lr,
+            world_size=world_size,
+            force_token_budget=self.training.force_token_budget,
+        )
+
+    def to_json(self) -> dict:
+        out = dataclasses.asdict(self)
+        out.pop("positions")
+        return json.loads(json.dumps(out, default=str))  # Paths as strings
+
+
+# ---------------------------------------------------------------- schema
+@cache
+def schema() -> dict:
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def _is_integer(_checker: Any, value: Any) -> bool:
+    # JSON Schema calls 1.0 an integer; a step count written 1.0 is a typo worth naming.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(_checker: Any, value: Any) -> bool:
+    # .inf and .nan pass every minimum/maximum comparison, and an integer past the float
+    # range cannot become one, so both are refused here.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+_Validator = validators.extend(
+    Draft202012Validator,
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine_many(
+        {"integer": _is_integer, "number": _is_number}
+    ),
+)
+
+
+def _dotted(where: tuple) -> str:
+    return ".".join(str(p) for p in where)
+
+
+def _subschema(where: tuple) -> dict:
+    node = schema()
+    for step in where:
+        node = node.get("properties", {}).get(str(step), {})
+    return node
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "not a finite number" if not math.isfinite(value) else "a decimal number"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "empty (null)"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def _type_hint(value: Any, expected: str | list) -> str:
+    wanted = expected if isinstance(expected, list) else [expected]
+    if isinstance(value, str) and ("integer" in wanted or "number" in wanted):
+        try:
+            float(value.replace("_", ""))
+            return "remove the quotes to write a number"
+        except ValueError:
+            pass
+    if "integer" in wanted:
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            return f"write {int(value)} without a decimal point"
+        return "write a whole number, e.g. 4 or 32_768"
+    if "number" in wanted:
+        return "write a finite number, e.g. 3.0e-4"
+    if "boolean" in wanted:
+        return "write true or false"
+    if "object" in wanted:
+        return "write a mapping of keys under it"
+    if "string" in wanted:
+        return "quote it if it is meant as text"
+    return ""
+
+
+def _did_you_mean(key: str, where: tuple) -> str:
+    dotted = _dotted((*where, key))
+    if dotted in RENAMED:
+        return f"did you mean {RENAMED[dotted]}?"
+    known = list(_subschema(where).get("properties", {}))
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    if close:
+        return f"did you mean {close[0]}?"
+    for section, sub in schema()["properties"].items():
+        if key in sub.get("properties", {}) and section != (where[0] if where else None):
+            return f"{key} belongs under {section}:"
+    return f"known keys here: {', '.join(known)}" if known else ""
+
+
+def _missing_hint(where: tuple, key: str) -> str:
+    section = f" under {_dotted(where)}:" if where else ""
+    about = _subschema((*where, key)).get("description", "").rstrip(".")
+    return f"add {key}:{section}" + (f" {about[0].lower()}{about[1:]}" if about else "")
+
+
+def _schema_findings(src: YamlSource) -> Iterator[ConfigFinding]:
+    path = str(src.path)
+
+    def at(where: tuple, message: str, hint: str, code: str, *, at_key: bool = False):
+        line, col = src.locate(where, at_key=at_key)
+        return ConfigFinding(path, line, col, _dotted(where), message, hint, code)
+
+    seen: set[tuple] = set()
+    for err in _Validator(schema()).iter_errors(src.data):
+        where = tuple(err.absolute_path)
+        kind, value = err.validator, err.instance
+        if kind == "additionalProperties":
+            allowed = _subschema(where).get("properties", {})
+            for key in value:
+                if key not in allowed:
+                    line, col = src.locate((*where, key), at_key=True)
+                    yield ConfigFinding(
+                        path,
+                        line,
+                        col,
+                        _dotted((*where, key)),
+                        f"unknown key {key!r}",
+                        _did_you_mean(key, where),
+                        "unknown-key",
+                    )
+        elif kind == "required":
+            for key in err.validator_value:
+                if key not in value and (where, key) not in seen:
+                    seen.add((where, key))
+                    section = _dotted(where) or "the top level"
+                    yield ConfigFinding(
+                        path,
+                        *src.locate(where),
+                        _dotted((*where, key)),
+                        f"missing required key {key!r} in {section}",
+                        _missing_hint(where, key),
+                        "missing-key",
+                    )
+        elif kind == "type":
+            expected = err.validator_value
+            wanted = " or ".join(expected) if isinstance(expected, list) else expected
+            yield at(
+                where,
+                f"{value!r} is {_describe(value)}, expected {wanted}",
+                _type_hint(value, expected),
+                "wrong-type",
+            )
+        elif kind == "enum":
+            options = [str(o) for o in err.validator_value]
+            close = difflib.get_close_matches(str(value), options, n=1, cutoff=0.75)
+            yield at(
+                where,
+                f"{value!r} is not one of {', '.join(options)}",
+                f"use {options[0]}"
+                if len(options) == 1
+                else (f"did you mean {close[0]}? " if close else "")
+                + f"use one of {', '.join(options)}",
+                "bad-value",
+            )
+        elif kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+            op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=",
+                  "exclusiveMaximum": "<"}[kind]  # fmt: skip
+            yield at(
+                where,
+                f"{value!r} is out of range: must be {op} {err.validator_value}",
+                f"set {where[-1]} {op} {err.validator_value}",
+                "out-of-range",
+            )
+        elif kind == "minLength":
+            yield at(where, "is empty", f"give {where[-1]} a value", "bad-value")
+        elif kind == "anyOf" and where == ("model",):
+            yield at(
+                where,
+                "names neither a preset nor an architecture",
+                "add preset: tiny | 50m | 370m, or an architecture: mapping",
+                "missing-key",
+                at_key=True,
+            )
+        else:  # a schema keyword without a tailored message: jsonschema's own words
+            yield at(where, err.message, "", "bad-value")
+
+
+# ---------------------------------------------------------------- semantic checks
+def _errors_under(findings: list[ConfigFinding], prefix: str) -> bool:
+    return any(f.field == prefix or f.field.startswith(prefix + ".") for f in findings)
+
+
+def _build_model(src: YamlSource, model: dict) -> tuple[LlamaConfig | None, list[ConfigFinding]]:
+    """LlamaConfig from preset + architecture overrides, with its problems cited at the key
+    that causes them (or at model.architecture / model.preset when the key is implied)."""
+    path = str(src.path)
+    arch = dict(model.get("architecture") or {})
+    name = model.get("preset")
+
+    def cite(key: str, message: str, hint: str, code: str) -> ConfigFinding:
+        dotted = f"model.architecture.{key}" if key in _ARCH_FIELDS else f"model.{key}"
+        for where in (
+            ("model", "architecture", key),
+            ("model", "architecture"),
+            ("model", key),
+            ("model",),
+        ):
+            if _key_present(src.tree, where):
+                return ConfigFinding(path, *src.locate(where), dotted, message, hint, code)
+        return ConfigFinding(path, 1, 1, dotted, message, hint, code)
+
+    if name is None:
+        missing = [k for k in ARCH_REQUIRED if k not in arch]
+        if missing:
+            return None, [
+                cite(
+                    k,
+                    f"missing {k!r}: without model.preset the architecture must give it",
+                    f"add {k}, or a preset (tiny, 50m, 370m) to take it from",
+                    "missing-key",
+                )
+                for k in missing
+            ]
+        cfg = LlamaConfig(**arch)
+    else:
+        try:
+            cfg = dataclasses.replace(preset(name), **arch)
+        except ModelConfigError as exc:  # an unknown preset; the schema enum normally stops it
+            return None, [cite(p.field, p.message, p.hint, "bad-value") for p in exc.problems]
+    problems = cfg.problems()
+    if problems:
+        via = f" (preset {name} with overrides)" if name and arch else ""
+        return None, [cite(p.field, p.message + via, p.hint, "bad-architecture") for p in problems]
+    return cfg, []
+
+
+def _key_present(tree: Any, where: tuple) -> bool:
+    node = tree
+    for step in where:
+        if not isinstance(node, CommentedMap) or step not in node:
+            return False
+        node = node[step]
+    return True
+
+
+def _positions(tree: Any, prefix: tuple = ()) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    if isinstance(tree, CommentedMap):
+        for key, value in tree.items():
+            line, col = tree.lc.key(key)
+            where = (*prefix, str(key))
+            out[_dotted(where)] = (line + 1, col + 1)
+            out.update(_positions(value, where))
+    return out
+
+
+def _with_defaults(section: str, given: dict) -> dict:
+    props = schema()["properties"][section]["properties"]
+    return {k: given.get(k, spec.get("default")) for k, spec in props.items()}
+
+
+# ---------------------------------------------------------------- entry point
+class _UnreadableConfigError(Exception):
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def _read(path: Path) -> YamlSource:
+    """gates/source.py's reader (every YAML guard), with config wording for bad paths."""
+    if path.is_dir():
+        raise _UnreadableConfigError("is a directory, not a config file", "name the .yaml file")
+    if not path.exists():
+        raise _UnreadableConfigError(
+            "no such file", "check the path; a relative one starts at the working directory"
+        )
+    try:
+        return read_yaml(path)
+    except UnreadablePathError as exc:  # permissions, or the file vanished meanwhile
+        raise _UnreadableConfigError(str(exc), "check the file's permissions") from None
+
+
+def load_config(path: Path | str) -> RunConfig:
+    """Read, check and build a run config; raises :class:`ConfigError` with every finding."""
+    path = Path(path)
+    try:
+        src = _read(path)
+    except _UnreadableConfigError as exc:
+        raise ConfigError(
+            [ConfigFinding(str(path), None, None, "", str(exc), exc.hint, "unreadable-file")]
+        ) from None
+    except SourceError as exc:
+        code, hint = (
+            exc.rule.lower(),
+            (
+                "write a run config: model:, data:, optimizer:, training:"
+                if exc.rule == "FILE-EMPTY"
+                else "fix the YAML at this line and column"
+            ),
+        )
+        raise ConfigError(
+            [ConfigFinding(str(path), exc.line, exc.column, "", exc.message, hint, code)]
+        ) from None
+    data = src.data
+    if not isinstance(data, dict):
+        raise ConfigError(
+            [
+                ConfigFinding(
+                    str(path),
+                    1,
+                    1,
+                    "",
+                    f"the config is {_describe(data)}, not a mapping",
+                    "write top-level keys model:, data:, optimizer:, training:",
+                    "not-a-mapping",
+                )
+            ]
+        )
+
+    findings = list(_schema_findings(src))
+    model_cfg = None
+    if not _errors_under(findings, "model"):
+        model_cfg, problems = _build_model(src, data["model"])
+        findings += problems
+    if (
+        model_cfg is not None
+        and not _errors_under(findings, "data")
+        and data["data"]["seq_len"] > model_cfg.max_position_embeddings
+    ):
+        line, col = src.locate(("data", "seq_len"), at_key=False)
+        findings.append(
+            ConfigFinding(
+                str(path),
+                line,
+                col,
+                "data.seq_len",
+                f"seq_len {data['data']['seq_len']} > the model's max_position_embeddings "
+                f"{model_cfg.max_position_embeddings}",
+                "lower seq_len or raise model.architecture.max_position_embeddings",
+                "out-of-range",
+            )
+        )
+    if findings or model_cfg is None:
+        findings.sort(key=lambda f: (f.line or 0, f.column or 0))
+        raise ConfigError(findings)
+    return _build(src, model_cfg)
+
+
+def _build(src: YamlSource, model_cfg: LlamaConfig) -> RunConfig:
+    d = src.data
+    data = d["data"]
+    opt = _with_defaults("optimizer", d["optimizer"])
+    training = _with_defaults("training", d["training"])
+    monitoring = _with_defaults("monitoring", d.get("monitoring") or {})
+    min_lr_given = opt["min_lr"] is not None
+    return RunConfig(
+        path=src.path,
+        name=d.get("name"),
+        model=model_cfg,
+        model_preset=d["model"].get("preset"),
+        data=DataConfig(
+            shards=Path(data["shards"]),
+            tokenizer=Path(data["tokenizer"]),
+            micro_batch=data["micro_batch"],
+            seq_len=data["seq_len"],
+        ),
+        optimizer=OptimizerConfig(
+            name=opt["name"],
+            lr=float(opt["lr"]),
+            min_lr=float(opt["min_lr"]) if min_lr_given else default_min_lr(float(opt["lr"])),
+            min_lr_given=min_lr_given,
+            beta1=float(opt["beta1"]),
+            beta2=float(opt["beta2"]),
+            eps=float(opt["eps"]),
+            weight_decay=float(opt["weight_decay"]),
+            grad_clip=None if opt["grad_clip"] is None else float(opt["grad_clip"]),
+        ),
+        training=TrainingConfig(
+            epochs=training["epochs"],
+            max_steps=training["max_steps"],
+            warmup_steps=training["warmup_steps"],
+            gradient_accumulation=training["gradient_accumulation"],
+            lr_scheduler=training["lr_scheduler"],
+            mixed_precision=training["mixed_precision"],
+            seed=training["seed"],
+            eval_interval=training["eval_interval"],
+            save_interval=training["save_interval"],
+            output_dir=Path(training["output_dir"]),
+            force_token_budget=training["force_token_budget"],
+        ),
+        monitoring=MonitoringConfig(log_interval=monitoring["log_interval"]),
+        positions=_positions(src.tree),
+    )

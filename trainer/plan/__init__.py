@@ -1,0 +1,8 @@
+"""`trainer plan`: what a run config will do, checked before it starts (issue 5).
+
+report.py holds the plan as data (sections, verdicts, findings) and renders it as text or
+JSON; memory.py sizes a training step item by item with formulas; timing.py measures a
+short forward/backward and extrapolates; sections.py runs the checks; commands.py is the
+CLI. Contract: C-TRAINCFG-001 (contracts/training-config-kernel-v1.yaml) for the step
+algebra, which trainer/config/algebra.py computes.
+"""

@@ -25,7 +25,7 @@ for loading ours. A seed makes initialization reproducible on a given device wit
 touching the global RNG.
 
 Small named seams (_linear, _embedding, _embedding_rows, _inv_freq, _rotate_half,
-_apply_rope, _repeat_kv, _mlp_activation, _swiglu) exist so tests/mutants/model.py can
+_apply_rope, _repeat_kv, _attend, _mlp_activation, _swiglu) exist so tests/mutants/model.py can
 inject each known bug of the contract in one place.
 """
 
@@ -128,6 +128,11 @@ def _repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
     return x[:, :, None].expand(b, n_kv, group, t, d).reshape(b, n_kv * group, t, d)
 
 
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal scaled dot-product attention (scale 1/sqrt(D)): position i reads keys 0..i."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
 class Attention(nn.Module):
     """Causal grouped-query self-attention (Ainslie et al. 2023)."""
 
@@ -154,7 +159,7 @@ class Attention(nn.Module):
         q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)  # [B, H(kv), T, D]
         group = self.num_heads // self.num_kv_heads
         k, v = _repeat_kv(k, group), _repeat_kv(v, group)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # scale 1/sqrt(D)
+        y = _attend(q, k, v)
         return self.o_proj(y.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 
 import pytest
 import torch
@@ -101,16 +100,13 @@ def test_tied_models_use_the_embedding_as_output_layer():
         assert torch.equal(model(x), hidden @ model.model.embed_tokens.weight.T)
 
 
-def test_forward_and_backward_of_tiny_take_milliseconds(tiny):
+def test_backward_reaches_every_parameter_with_finite_gradients(tiny):
+    # Speed is measured by `trainer plan`'s time estimate, not asserted here (noisy machines).
     x = ids(4, 64)
-    tiny(x).sum().backward()  # warm-up
-    start = time.perf_counter()
-    for _ in range(5):
-        tiny.zero_grad()
-        F.cross_entropy(tiny(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten()).backward()
-    per_step = (time.perf_counter() - start) / 5
-    assert per_step < 0.25, f"{per_step * 1000:.0f} ms per forward/backward of tiny"
+    tiny.zero_grad()
+    F.cross_entropy(tiny(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten()).backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in tiny.parameters())
+    assert all(p.grad.abs().sum() > 0 for p in tiny.parameters())
 
 
 def test_bf16_autocast_runs_and_rmsnorm_computes_in_float32(tiny):

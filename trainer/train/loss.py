@@ -1,0 +1,187 @@
+"""The training objective: next-token cross-entropy, exact under gradient accumulation.
+
+    inputs, targets = next_token_pairs(tokens, pad_id=pad)      # [B, T+1] -> two [B, T]
+    loss, count = accumulate_gradients(model, [(inputs_1, targets_1), (inputs_2, targets_2)])
+    val_loss, val_count = evaluate_loss(model, val_batches)
+
+Rules (C-TRAINING-LOOP):
+- The shift happens here and only here (INV-TRAIN-LOOP-010): the target at position i is
+  token i + 1, and padding targets become IGNORE_INDEX so they contribute nothing.
+- The loss of one optimizer step is the mean cross-entropy over the non-padding targets of
+  the WHOLE global batch (INV-TRAIN-LOOP-009): each micro-batch backpropagates its token
+  SUM divided by the GLOBAL count, so the accumulated gradient is the gradient of one big
+  batch whatever the split. Why not the usual per-micro-batch mean divided by grad_accum:
+  with padding, micro-batches hold unequal token counts, and averaging their means weights
+  a token in a sparse micro-batch more than one in a full one - the objective (and the
+  result) would change with grad_accum. Dividing once by the global count is what
+  torchtitan does for the same reason.
+- Cross-entropy is taken in float32 (float64 for a float64 model) whatever the
+  forward's autocast dtype.
+- No made-up losses: zero target tokens is an error, never 0.0 or 1.0.
+
+Named seams (_shift, _is_target, _token_losses, _micro_batch_loss) let
+tests/mutants/loop_parts.py inject the contract's known bugs in one place each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Sequence
+
+import torch
+import torch.nn.functional as F  # noqa: N812 - the universal alias
+from torch import Tensor, nn
+
+IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index
+
+
+def _shift(tokens: Tensor) -> tuple[Tensor, Tensor]:
+    """inputs = tokens[:, :-1], targets = tokens[:, 1:] (position i predicts token i + 1)."""
+    return tokens[:, :-1], tokens[:, 1:].clone()
+
+
+def next_token_pairs(tokens: Tensor, pad_id: int | None = None) -> tuple[Tensor, Tensor]:
+    """tokens [B, T+1] int64 -> (inputs [B, T], targets [B, T]); pad targets -> IGNORE_INDEX."""
+    if tokens.dim() != 2 or tokens.dtype != torch.int64:
+        raise ValueError(
+            f"tokens must be an int64 tensor [batch, seq_len + 1], got {tokens.dtype} "
+            f"of shape {tuple(tokens.shape)}"
+        )
+    if tokens.shape[1] < 2:
+        raise ValueError(f"tokens need at least 2 positions to form a pair, got {tokens.shape[1]}")
+    inputs, targets = _shift(tokens)
+    if pad_id is not None:
+        targets[targets == pad_id] = IGNORE_INDEX
+    return inputs, targets
+
+
+def _is_target(targets: Tensor) -> Tensor:
+    """Boolean mask of the positions that count: every target that is not IGNORE_INDEX."""
+    return targets != IGNORE_INDEX
+
+
+def count_targets(targets: Tensor) -> int:
+    """Number of non-ignored (non-padding) target tokens."""
+    return int(_is_target(targets).sum().item())
+
+
+def _token_losses(logits: Tensor, targets: Tensor) -> Tensor:
+    """Per-position cross-entropy [B, T], float32 (float64 for a float64 model); 0 if ignored."""
+    # bf16/fp16 logits (autocast) are upcast: a softmax over 50k classes in bf16 loses ~2 digits.
+    wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    flat = F.cross_entropy(
+        wide.flatten(0, 1),
+        targets.flatten(),
+        ignore_index=IGNORE_INDEX,
+        reduction="none",
+    )
+    return flat.view(targets.shape)
+
+
+def _micro_batch_loss(
+    token_losses: Tensor,
+    targets: Tensor,
+    *,
+    global_count: int,
+    global_sequences: int,
+    num_micro_batches: int,
+) -> Tensor:
+    """One micro-batch's share of the step loss: its token SUM over the GLOBAL count.
+
+    Summed over the micro-batches this is exactly the token mean of the global batch.
+    (global_sequences and num_micro_batches are unused by the rule; they are here so the
+    contract's wrong reductions can be written as one-line mutants of this seam.)
+    """
+    return token_losses.sum() / global_count
+
+
+def _autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _forward(
+    model: nn.Module, inputs: Tensor, targets: Tensor, autocast: torch.dtype | None
+) -> tuple[Tensor, Tensor]:
+    """(per-token losses, targets) of one batch, both on the model's device."""
+    device = _model_device(model)
+    on_device = targets.to(device)
+    with _autocast(device, autocast):
+        logits = model(inputs.to(device))
+    return _token_losses(logits, on_device), on_device
+
+
+def _check_pair(index: int, inputs: Tensor, targets: Tensor) -> None:
+    if inputs.dim() != 2 or inputs.shape != targets.shape:
+        raise ValueError(
+            f"micro-batch {index}: inputs {tuple(inputs.shape)} and targets "
+            f"{tuple(targets.shape)} must both be [batch, seq_len]"
+        )
+
+
+def accumulate_gradients(
+    model: nn.Module,
+    micro_batches: Sequence[tuple[Tensor, Tensor]],
+    *,
+    autocast: torch.dtype | None = None,
+) -> tuple[float, int]:
+    """Forward and backward over every micro-batch of ONE optimizer step.
+
+    Gradients ADD to what is in ``.grad`` (the caller zeroes them and steps the
+    optimizer). ``autocast``: a dtype (e.g. torch.bfloat16) to run the forward under
+    torch.autocast on the model's device; None runs in the model's own dtype. Returns
+    (step loss, global target count); the loss is the detached sum of the micro-batch
+    contributions, i.e. the token-mean cross-entropy of the global batch.
+    """
+    if not micro_batches:
+        raise ValueError("an optimizer step needs at least one micro-batch, got none")
+    for index, (inputs, targets) in enumerate(micro_batches):
+        _check_pair(index, inputs, targets)
+    global_count = sum(count_targets(targets) for _, targets in micro_batches)
+    if global_count == 0:
+        raise ValueError(
+            f"the step's {len(micro_batches)} micro-batch(es) hold no non-padding target "
+            "tokens; there is no loss to compute"
+        )
+    global_sequences = sum(targets.shape[0] for _, targets in micro_batches)
+    step_loss = torch.zeros((), dtype=torch.float64, device=_model_device(model))  # one sync
+    for inputs, targets in micro_batches:
+        token_losses, on_device = _forward(model, inputs, targets, autocast)
+        share = _micro_batch_loss(
+            token_losses,
+            on_device,
+            global_count=global_count,
+            global_sequences=global_sequences,
+            num_micro_batches=len(micro_batches),
+        )
+        share.backward()
+        step_loss += share.detach().to(torch.float64)
+    return float(step_loss.item()), global_count
+
+
+@torch.no_grad()
+def evaluate_loss(
+    model: nn.Module,
+    batches: Iterable[tuple[Tensor, Tensor]],
+    *,
+    autocast: torch.dtype | None = None,
+) -> tuple[float, int]:
+    """Token-mean cross-entropy over the non-padding targets of all ``batches``, and their count.
+
+    Sums are accumulated in float64 so a large validation set loses no precision.
+    """
+    total = torch.zeros((), dtype=torch.float64, device=_model_device(model))
+    count = 0
+    for index, (inputs, targets) in enumerate(batches):
+        _check_pair(index, inputs, targets)
+        token_losses, _ = _forward(model, inputs, targets, autocast)
+        total += token_losses.sum(dtype=torch.float64)
+        count += count_targets(targets)
+    if count == 0:
+        raise ValueError("the evaluation batches hold no non-padding target tokens")
+    return float(total.item()) / count, count

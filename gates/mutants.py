@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -74,3 +75,21 @@ def load(root: Path) -> None:
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
+
+
+def apply_from_env(root: Path):
+    """Apply the mutant named by $SHIPGATE_MUTANT in this process, as the pytest plugin
+    does; for child processes of a test or a measurement. Returns the MonkeyPatch (None
+    when the variable is unset), so the caller can undo it."""
+    import pytest  # noqa: PLC0415 - only child processes under audit need it
+
+    mutant_id = os.environ.get(ENV_VAR)
+    if not mutant_id:
+        return None
+    load(root)
+    impl = REGISTRY.get(mutant_id)
+    if impl is None:
+        raise SystemExit(f"{ENV_VAR}={mutant_id}: no such mutant under {root}")
+    patch = pytest.MonkeyPatch()
+    impl(patch)
+    return patch

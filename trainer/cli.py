@@ -17,6 +17,7 @@ from trainer.config.commands import add_validate_parser
 from trainer.data.commands import add_data_parser
 from trainer.plan.commands import add_plan_parser
 from trainer.tokenizer.commands import add_tokenizer_parser
+from trainer.train.commands import add_apply_parser
 
 
 def environment() -> dict:
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_parser(sub)
     add_validate_parser(sub)
     add_plan_parser(sub)
+    add_apply_parser(sub)
     return parser
 
 

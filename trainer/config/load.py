@@ -129,6 +129,10 @@ class TrainingConfig:
     save_interval: int
     output_dir: Path
     force_token_budget: bool
+    wrap_around: bool = True  # a new epoch when the split is used up; off: exhaustion is an error
+    early_stopping: bool = False
+    eval_tokens: int = 131_072  # validation target tokens per evaluation (capped at the split)
+    compile: bool = False  # torch.compile the model
 
 
 @dataclass(frozen=True)
@@ -576,6 +580,10 @@ def _build(src: YamlSource, model_cfg: LlamaConfig) -> RunConfig:
             save_interval=training["save_interval"],
             output_dir=Path(training["output_dir"]),
             force_token_budget=training["force_token_budget"],
+            wrap_around=training["wrap_around"],
+            early_stopping=training["early_stopping"],
+            eval_tokens=training["eval_tokens"],
+            compile=training["compile"],
         ),
         monitoring=MonitoringConfig(log_interval=monitoring["log_interval"]),
         positions=_positions(src.tree),

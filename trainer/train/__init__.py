@@ -1,2 +1,12 @@
-"""The training loop's torch-free parts: the learning-rate schedule (schedule.py) and the
-step driver that decides which micro-batches make each optimizer step (steps.py)."""
+"""The training loop and its parts.
+
+- steps.py: the step driver (which sequences make each optimizer step; C-TRAINCFG-001).
+- schedule.py: the learning rate of every step (warmup + cosine to min_lr).
+- sequences.py: data sources as numbered sequences; the seeded per-epoch order.
+- loss.py: next-token cross-entropy, the token mean of the global batch.
+- optim.py: AdamW with decay/no-decay groups, LR application, gradient clipping.
+- guards.py: non-finite values, divergence, early stopping, validation size.
+- loop.py: the loop itself (LoopSettings, train, TrainResult).
+- metrics.py, manifest.py: per-step metrics, training_state.json, the run manifest.
+- commands.py: `trainer apply CONFIG`.
+"""

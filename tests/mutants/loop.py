@@ -1,0 +1,212 @@
+"""Known bugs of the training loop itself (C-TRAINING-LOOP mutants), injected by `gates audit`.
+
+Each patches one named seam of trainer/train/{loop,sequences,optim,guards,loss,commands}.py
+or trainer/data/encode.py, so everything else is the real code. Killed by
+tests/unit/trainer/test_loop_run.py (FALSIFY-TRAIN-LOOP-001, 003, 006, 007, 008),
+test_loop_data.py (002) and test_loop_determinism.py (011); gradients-never-zeroed and
+lr-schedule-not-applied are also the grammar oracle's (017). The mutants of the loop's
+parts (loss, optimizer, guards, attention) live in tests/mutants/loop_parts.py.
+"""
+
+import dataclasses
+import sys
+import time
+
+import numpy as np
+import torch
+
+from gates.mutants import mutant
+from trainer.data import encode
+from trainer.data.loader import DataExhaustedError
+from trainer.train import commands, guards, loop, optim, sequences
+
+
+# ---------------------------------------------------------------- FALSIFY-TRAIN-LOOP-001
+@mutant("placeholder-loss-on-exhaustion")
+def _placeholder_loss(patch):
+    # Past the end of the data the step "trains" on nothing and reports loss 1.0, norm 1.0.
+    planned, train_step = loop._planned_steps, loop._train_step
+    past_end = {"now": False}
+
+    def steps(settings, num_sequences):
+        for plan in planned(dataclasses.replace(settings, wrap_around=True), num_sequences):
+            past_end["now"] = plan.epoch >= 1 and not settings.wrap_around
+            yield plan
+
+    def step(model, optimizer, micro_batches, **kw):
+        if past_end["now"]:
+            return 1.0, 1.0, 0
+        return train_step(model, optimizer, micro_batches, **kw)
+
+    patch.setattr(loop, "_planned_steps", steps)
+    patch.setattr(loop, "_train_step", step)
+
+
+@mutant("wrap-without-epoch-increment")
+def _wrap_without_epoch_increment(patch):
+    planned = loop._planned_steps
+
+    def steps(settings, num_sequences):
+        for plan in planned(dataclasses.replace(settings, wrap_around=True), num_sequences):
+            yield plan._replace(epoch=0)
+
+    patch.setattr(loop, "_planned_steps", steps)
+
+
+@mutant("silent-stop-on-exhaustion")
+def _silent_stop(patch):
+    planned = loop._planned_steps
+
+    def steps(settings, num_sequences):
+        try:
+            yield from planned(settings, num_sequences)
+        except DataExhaustedError:
+            return  # the run "finishes" with fewer steps than max_steps
+
+    patch.setattr(loop, "_planned_steps", steps)
+
+
+# ---------------------------------------------------------------- FALSIFY-TRAIN-LOOP-002
+@mutant("validation-trained-on-after-wrap")
+def _validation_trained_on(patch):
+    # The training stream is the raw corpus: train shards, then val shards.
+    split_stream = sequences._split_stream
+
+    def stream(manifest, split):
+        if split == "train":
+            return np.concatenate([split_stream(manifest, "train"), split_stream(manifest, "val")])
+        return split_stream(manifest, split)
+
+    patch.setattr(sequences, "_split_stream", stream)
+
+
+@mutant("validation-from-train-stream-head")
+def _validation_from_train_head(patch):
+    batches = loop._validation_batches
+    patch.setattr(
+        loop, "_validation_batches", lambda val, train, settings: batches(train, train, settings)
+    )
+
+
+@mutant("document-split-across-splits")
+def _document_split_across_splits(patch):
+    # The split is a cut at a token offset: the last train document's second half opens val.
+    write_split = encode._write_split
+    carried = {}
+
+    def write(directory, split, stream, *, eot, **kw):
+        if split == "train":
+            ends = np.flatnonzero(stream == eot)
+            start = ends[-2] + 1 if len(ends) > 1 else 0
+            cut = start + (len(stream) - start) // 2
+            carried["tail"] = stream[cut:]
+            stream = stream[:cut]
+        elif "tail" in carried:
+            stream = np.concatenate([carried.pop("tail"), stream])
+        return write_split(directory, split, stream, eot=eot, **kw)
+
+    patch.setattr(encode, "_write_split", write)
+
+
+# ---------------------------------------------------------------- FALSIFY-TRAIN-LOOP-003
+@mutant("validation-set-too-small-accepted")
+def _validation_too_small(patch):
+    patch.setattr(guards, "MIN_EARLY_STOP_VAL_TOKENS", 0)
+
+
+@mutant("padding-counted-as-validation-tokens")
+def _padding_counted(patch):
+    patch.setattr(loop.loss, "count_targets", lambda targets: int(targets.numel()))
+
+
+# ---------------------------------------------------------------- FALSIFY-TRAIN-LOOP-006
+@mutant("optimizer-step-before-finite-check")
+def _step_before_check(patch):
+    def step(model, optimizer, micro_batches, *, step, lr, settings, autocast, hooks):
+        optim.apply_lr(optimizer, lr)
+        loop._zero_grad(optimizer)
+        step_loss, count = loop.loss.accumulate_gradients(model, micro_batches, autocast=autocast)
+        grad_norm = optim.clip_gradients(model.parameters(), settings.grad_clip)
+        optimizer.step()
+        guards.check_finite(step, step_loss, grad_norm)
+        return step_loss, grad_norm, count
+
+    patch.setattr(loop, "_train_step", step)
+
+
+@mutant("nan-loss-logged-and-continued")
+def _nan_logged(patch):
+    def check(step, loss, grad_norm):
+        bad = guards._non_finite_values(loss, grad_norm)
+        if bad:
+            print(f"warning: step {step}: {', '.join(bad)}", file=sys.stderr)
+
+    patch.setattr(guards, "check_finite", check)
+
+
+@mutant("grad-norm-not-checked")
+def _grad_norm_not_checked(patch):
+    values = guards._non_finite_values
+    patch.setattr(guards, "_non_finite_values", lambda loss, grad_norm: values(loss, 0.0))
+
+
+@mutant("exit-zero-on-abort")
+def _exit_zero(patch):
+    patch.setattr(commands, "ABORT_STATUS", 0)
+
+
+# ---------------------------------------------------------------- FALSIFY-TRAIN-LOOP-007
+@mutant("lr-schedule-not-applied")
+def _lr_not_applied(patch):
+    patch.setattr(optim, "apply_lr", lambda optimizer, lr: None)
+
+
+@mutant("lr-schedule-off-by-one-step")
+def _lr_off_by_one(patch):
+    lr_at = loop.lr_at
+    patch.setattr(
+        loop,
+        "lr_at",
+        lambda step, *, max_steps, **kw: lr_at(min(step + 1, max_steps), max_steps=max_steps, **kw),
+    )
+
+
+@mutant("lr-applied-to-first-group-only")
+def _lr_first_group_only(patch):
+    def apply(optimizer, lr):
+        optimizer.param_groups[0]["lr"] = lr
+
+    patch.setattr(optim, "apply_lr", apply)
+
+
+# ---------------------------------------------------------------- FALSIFY-TRAIN-LOOP-011
+@mutant("unseeded-data-shuffle")
+def _unseeded_shuffle(patch):
+    def shuffled(num_sequences, seed, epoch):
+        generator = torch.Generator()
+        generator.seed()  # from the OS: a different order in every process
+        return torch.randperm(num_sequences, generator=generator)
+
+    patch.setattr(sequences, "_shuffled", shuffled)
+
+
+@mutant("rng-seeded-from-time")
+def _seeded_from_time(patch):
+    patch.setattr(loop, "_run_seed", lambda settings: time.time_ns() % 2**31)
+
+
+@mutant("shuffle-over-set-order")
+def _shuffle_over_set(patch):
+    shuffled = sequences._shuffled
+
+    def over_set(num_sequences, seed, epoch):
+        names = {f"seq{int(i)}" for i in shuffled(num_sequences, seed, epoch)}
+        return torch.tensor([int(name[3:]) for name in names])  # set order: PYTHONHASHSEED
+
+    patch.setattr(sequences, "_shuffled", over_set)
+
+
+# ---------------------------------------------------------------- FALSIFY-TRAIN-LOOP-017
+@mutant("gradients-never-zeroed")
+def _gradients_never_zeroed(patch):
+    patch.setattr(loop, "_zero_grad", lambda optimizer: None)

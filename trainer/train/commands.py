@@ -1,0 +1,110 @@
+"""`trainer apply CONFIG` - train the model a run config describes.
+
+    trainer apply configs/quickstart-cpu.yaml                     # the whole run
+    trainer apply configs/quickstart-cpu.yaml --max-steps 50 --out /tmp/run
+
+Checks come first and write nothing: the config (schema, architecture, C-TRAINCFG-001
+with the real sequence count), then the data. Then the run writes, in the output
+directory, run_manifest.json (before step 1), metrics.jsonl (one line per step) and
+training_state.json (replaced atomically every step).
+
+``--max-steps N`` stops the run after N steps of the configured schedule (the learning
+rate follows the configured max_steps; the manifest records the override).
+
+Exit status: 0 the run finished (max_steps or early stopping); 1 the config or the data
+is unusable (nothing written); 3 the run aborted (non-finite loss or gradient norm,
+divergence, exhausted data), with the step and the value on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+INPUT_ERROR_STATUS = 1
+ABORT_STATUS = 3  # looked up at exit time (tests/mutants/loop.py: exit-zero-on-abort)
+
+
+def _fail(message: str) -> int:
+    print(f"trainer apply: error: {message}", file=sys.stderr)
+    return INPUT_ERROR_STATUS
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    from trainer.config.algebra import evaluate  # noqa: PLC0415 - keep torch out of CLI start-up
+    from trainer.config.commands import rule_finding, validate  # noqa: PLC0415
+    from trainer.data.loader import DataExhaustedError  # noqa: PLC0415
+    from trainer.data.manifest import ShardError  # noqa: PLC0415
+    from trainer.model.params import param_count  # noqa: PLC0415
+    from trainer.train import guards, loop  # noqa: PLC0415
+    from trainer.train.sequences import ShardSequences  # noqa: PLC0415
+
+    if args.max_steps is not None and args.max_steps < 1:
+        return _fail(f"--max-steps must be >= 1, got {args.max_steps}")
+    findings, cfg, _ = validate(args.config)
+    errors = [f for f in findings if f.severity == "error"]
+    for finding in findings:
+        print(finding.render(), file=sys.stderr)
+    if errors or cfg is None:
+        return _fail(f"{args.config}: invalid config ({len(errors)} error(s)); nothing written")
+
+    try:
+        train_data = ShardSequences(cfg.data.shards, "train", cfg.data.seq_len)
+        val_data = ShardSequences(cfg.data.shards, "val", cfg.data.seq_len)
+    except (ShardError, OSError, ValueError) as exc:
+        return _fail(f"data {cfg.data.shards}: {exc}")
+    report = evaluate(
+        cfg.algebra_inputs(sequences=train_data.num_sequences, params=param_count(cfg.model))
+    )
+    if report.violations:
+        for violation in report.violations:
+            print(rule_finding(cfg, violation, "error").render(), file=sys.stderr)
+        return _fail(f"{args.config}: the step algebra refuses this run; nothing written")
+
+    settings = loop.settings_from_config(cfg)
+    if args.max_steps is not None and args.max_steps > settings.max_steps:
+        return _fail(
+            f"--max-steps {args.max_steps} is past the config's training.max_steps "
+            f"{settings.max_steps}, the end of its LR schedule; nothing written"
+        )
+    overrides: dict = {"device": args.device, "compile": args.compile or settings.compile}
+    if args.out is not None:
+        overrides["out_dir"] = args.out
+    if args.max_steps is not None and args.max_steps < settings.max_steps:
+        overrides |= {"max_steps": args.max_steps, "schedule_steps": settings.max_steps}
+    settings = dataclasses.replace(settings, **overrides)
+    if settings.resolved_config is not None:
+        settings.resolved_config["apply"] = {
+            "max_steps": args.max_steps,
+            "out": str(settings.out_dir),
+            "device": args.device,
+            "compile": settings.compile,
+        }
+
+    try:
+        result = loop.train(settings, train_data, val_data)
+    except (guards.NonFiniteError, guards.DivergenceError, DataExhaustedError) as exc:
+        print(f"trainer apply: run aborted: {exc}", file=sys.stderr)
+        return ABORT_STATUS
+    last = result.losses[-1]
+    print(
+        f"{args.config}: {result.steps_run} steps ({result.stop_reason}), final loss "
+        f"{last:.4f}; metrics in {settings.out_dir}"
+    )
+    return 0
+
+
+def add_apply_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "apply",
+        help="train the model a run config describes",
+        description=__doc__.splitlines()[0],
+    )
+    p.add_argument("config", type=Path, metavar="CONFIG")
+    p.add_argument("--max-steps", type=int, default=None, help="stop after N steps")
+    p.add_argument("--out", type=Path, default=None, help="output directory (default: config)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.set_defaults(run=cmd_apply)

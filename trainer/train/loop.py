@@ -1,0 +1,454 @@
+"""The training loop: every optimizer step does what the math says, and nothing is made up.
+
+    settings = settings_from_config(load_config("configs/quickstart-cpu.yaml"))
+    result = train(settings, ShardSequences(data, "train", T), ShardSequences(data, "val", T))
+    result.losses, result.grad_norms, result.lrs, result.val_losses, result.stop_reason
+
+One run, top to bottom (C-TRAINING-LOOP):
+
+1. Seed torch, random and numpy from the run seed; on CPU, deterministic algorithms.
+2. Build the model (trainer/model/llama.py) and AdamW with decay/no-decay groups (optim.py).
+3. Build the validation set once (the first sequences of the val split until
+   ``eval_max_tokens`` target tokens, or the whole split) and refuse early stopping on a
+   set too small to give signal (guards.check_validation_size).
+4. Write the run manifest (manifest.py) before step 1, when there is an output directory.
+5. Take the steps from trainer/train/steps.py iterate_steps - the driver the
+   C-TRAINCFG-001 preflight is checked against - and for each step:
+   - map its micro-batch index ranges through the epoch's order (sequences.epoch_order);
+     a step in epoch >= 1 without wrap-around is DataExhaustedError naming the step,
+     never a placeholder loss and never a quiet early end;
+   - set lr(step) on every parameter group (schedule.lr_at, optim.apply_lr);
+   - zero the gradients, accumulate them over the micro-batches (loss.py: the token mean
+     of the global batch), clip them and measure the real pre-clip norm (optim.py);
+   - check loss and norm are finite BEFORE optimizer.step (guards.check_finite), so a
+     bad batch never reaches the weights or the AdamW moments;
+   - step the optimizer, record and write the metrics;
+   - every ``eval_interval`` steps: validation loss, divergence guard, early stopping.
+
+CPU runs in float32; CUDA runs the forward under bf16 autocast when the config asks.
+Named seams (_run_seed, _planned_steps, _train_step, _zero_grad, _validation_batches)
+let tests/mutants/loop.py inject the contract's known bugs one at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from trainer.data.loader import DataExhaustedError
+from trainer.model.config import LlamaConfig
+from trainer.model.llama import build_model
+from trainer.train import guards, loss, metrics, optim
+from trainer.train.manifest import write_run_manifest
+from trainer.train.schedule import lr_at
+from trainer.train.sequences import SequenceSource, epoch_order
+from trainer.train.steps import StepPlan, iterate_steps
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """Everything one run needs; settings_from_config builds it from a run config."""
+
+    model: LlamaConfig
+    seed: int = 42
+    micro_batch: int = 8
+    grad_accum: int = 1
+    seq_len: int = 128
+    epochs: int = 1
+    max_steps: int = 100  # steps this run takes
+    warmup_steps: int = 0
+    lr: float = 3e-4
+    min_lr: float = 3e-5
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    grad_clip: float | None = 1.0
+    eval_interval: int = 1000
+    eval_max_tokens: int = 131_072
+    early_stopping: bool = False
+    wrap_around: bool = True
+    shuffle: bool = True
+    out_dir: Path | None = None  # None: write nothing
+    device: str = "cpu"  # cpu | cuda | auto
+    compile: bool = False
+    log_interval: int = 1
+    mixed_precision: str = "fp32"  # fp32 | bf16: bf16 autocast on CUDA only
+    resolved_config: dict | None = None  # written to the run manifest as is
+    data_manifest: Path | None = None  # the data set's manifest.json (hashed into the run manifest)
+    force_token_budget: bool = False
+    schedule_steps: int | None = None  # the LR schedule's length; None: max_steps
+
+    def schedule_length(self) -> int:
+        """A run cut short (trainer apply --max-steps) keeps its configured schedule."""
+        return self.max_steps if self.schedule_steps is None else self.schedule_steps
+
+
+@dataclass
+class TrainResult:
+    steps_run: int
+    losses: list[float]
+    grad_norms: list[float]
+    lrs: list[float]
+    val_losses: list[tuple[int, float]]
+    stop_reason: str  # "max_steps" | "early_stopping"
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    # Wraps taken, as ShardBatchIter counts them: the 0-based epoch of the last step.
+    epochs_completed: int = 0
+    records: list[dict] = field(default_factory=list)  # the per-step metrics records
+
+
+# ---------------------------------------------------------------- settings
+def settings_from_config(run_config: Any, **overrides: Any) -> LoopSettings:
+    """LoopSettings of a trainer.config.load.RunConfig; ``overrides`` replace fields."""
+    c = run_config
+    training = c.training
+    settings = LoopSettings(
+        model=c.model,
+        seed=training.seed,
+        micro_batch=c.data.micro_batch,
+        grad_accum=training.gradient_accumulation,
+        seq_len=c.data.seq_len,
+        epochs=training.epochs,
+        max_steps=training.max_steps,
+        warmup_steps=training.warmup_steps,
+        lr=c.optimizer.lr,
+        min_lr=c.optimizer.min_lr,
+        betas=(c.optimizer.beta1, c.optimizer.beta2),
+        eps=c.optimizer.eps,
+        weight_decay=c.optimizer.weight_decay,
+        grad_clip=c.optimizer.grad_clip,
+        eval_interval=training.eval_interval,
+        eval_max_tokens=training.eval_tokens,
+        early_stopping=training.early_stopping,
+        wrap_around=training.wrap_around,
+        out_dir=Path(training.output_dir),
+        compile=training.compile,
+        log_interval=c.monitoring.log_interval,
+        mixed_precision=training.mixed_precision,
+        resolved_config=c.to_json(),
+        data_manifest=Path(c.data.shards) / "manifest.json",
+        force_token_budget=training.force_token_budget,
+    )
+    return dataclasses.replace(settings, **overrides)
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' was asked for but torch sees no CUDA device")
+    if name not in ("cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda, got {name!r}")
+    return torch.device(name)
+
+
+def _autocast_dtype(settings: LoopSettings, device: torch.device) -> torch.dtype | None:
+    """bf16 autocast on CUDA when configured; CPU always runs float32."""
+    if device.type == "cuda" and settings.mixed_precision == "bf16":
+        return torch.bfloat16
+    if device.type == "cuda" and settings.mixed_precision == "fp16":
+        raise ValueError("mixed_precision fp16 needs a grad scaler, which this loop does not run")
+    return None
+
+
+# ---------------------------------------------------------------- seeds
+def _run_seed(settings: LoopSettings) -> int:
+    """The one seed every generator of the run derives from."""
+    return settings.seed
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+# ---------------------------------------------------------------- data
+def _exhaustion_error(step: int, settings: LoopSettings, steps_per_epoch: int) -> Exception:
+    if not settings.wrap_around:
+        why = f"one epoch is {steps_per_epoch} steps and wrap_around is off"
+    else:
+        why = (
+            f"epochs {settings.epochs} x {steps_per_epoch} steps per epoch = "
+            f"{settings.epochs * steps_per_epoch} steps"
+        )
+    return DataExhaustedError(
+        f"step {step}: the training split is exhausted ({why}; max_steps is "
+        f"{settings.max_steps}). Turn wrap_around on, raise epochs, lower max_steps or add data"
+    )
+
+
+def _planned_steps(settings: LoopSettings, num_sequences: int) -> Iterator[StepPlan]:
+    """iterate_steps plus the exhaustion rule: every one of max_steps steps, or an error."""
+    global_batch = settings.micro_batch * settings.grad_accum
+    steps_per_epoch = num_sequences // global_batch
+    if steps_per_epoch == 0:
+        raise ValueError(
+            f"the training split has {num_sequences} sequences of {settings.seq_len} tokens; "
+            f"one global batch needs {global_batch} (micro_batch {settings.micro_batch} x "
+            f"grad_accum {settings.grad_accum})"
+        )
+    epochs = settings.epochs if settings.wrap_around else max(settings.epochs, 2)
+    taken = 0
+    for plan in iterate_steps(
+        num_sequences,
+        micro_batch=settings.micro_batch,
+        grad_accum=settings.grad_accum,
+        epochs=epochs,
+        max_steps=settings.max_steps,
+    ):
+        if plan.epoch >= 1 and not settings.wrap_around:
+            raise _exhaustion_error(plan.step, settings, steps_per_epoch)
+        taken = plan.step
+        yield plan
+    if taken < settings.max_steps:  # epochs x steps_per_epoch < max_steps
+        raise _exhaustion_error(taken + 1, settings, steps_per_epoch)
+
+
+class _EpochOrders:
+    """The visiting order of the current epoch, drawn once per epoch."""
+
+    def __init__(self, num_sequences: int, seed: int, shuffle: bool) -> None:
+        self.num_sequences, self.seed, self.shuffle = num_sequences, seed, shuffle
+        self.epoch: int | None = None
+        self.order: Tensor | None = None
+
+    def indices(self, epoch: int, positions: range) -> list[int]:
+        if epoch != self.epoch:
+            self.order = epoch_order(
+                self.num_sequences, seed=self.seed, epoch=epoch, shuffle=self.shuffle
+            )
+            self.epoch = epoch
+        return [int(i) for i in self.order[positions.start : positions.stop]]
+
+
+def _validation_batches(
+    val_data: SequenceSource | None, train_data: SequenceSource, settings: LoopSettings
+) -> list[tuple[Tensor, Tensor]]:
+    """The fixed validation set: val sequences 0, 1, ... until eval_max_tokens target
+    tokens are in, or the whole split. Never the training source."""
+    if val_data is None or val_data.num_sequences == 0:
+        return []
+    batches, count, index = [], 0, 0
+    while index < val_data.num_sequences and count < settings.eval_max_tokens:
+        indices = list(range(index, min(index + settings.micro_batch, val_data.num_sequences)))
+        inputs, targets = val_data.batch(indices)
+        batches.append((inputs, targets))
+        count += loss.count_targets(targets)
+        index = indices[-1] + 1
+    return batches
+
+
+# ---------------------------------------------------------------- one step
+def _call_hook(hooks: Any, name: str, *args: Any) -> None:
+    fn = getattr(hooks, name, None) if hooks is not None else None
+    if fn is not None:
+        fn(*args)
+
+
+def _zero_grad(optimizer: torch.optim.Optimizer) -> None:
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    micro_batches: list[tuple[Tensor, Tensor]],
+    *,
+    step: int,
+    lr: float,
+    settings: LoopSettings,
+    autocast: torch.dtype | None,
+    hooks: Any,
+) -> tuple[float, float, int]:
+    """One optimizer step; returns (loss, pre-clip grad norm, target tokens)."""
+    optim.apply_lr(optimizer, lr)
+    _zero_grad(optimizer)
+    step_loss, count = loss.accumulate_gradients(model, micro_batches, autocast=autocast)
+    grad_norm = optim.clip_gradients(model.parameters(), settings.grad_clip)
+    guards.check_finite(step, step_loss, grad_norm)  # before the step: weights stay clean
+    _call_hook(hooks, "before_optimizer_step", step, optimizer, model)
+    optimizer.step()
+    return step_loss, grad_norm, count
+
+
+# ---------------------------------------------------------------- the run
+@contextlib.contextmanager
+def _deterministic(device: torch.device) -> Iterator[None]:
+    """Deterministic kernels on CPU for the duration of the run (restored after)."""
+    before = torch.are_deterministic_algorithms_enabled()
+    if device.type == "cpu":
+        torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
+def train(
+    settings: LoopSettings,
+    train_data: SequenceSource,
+    val_data: SequenceSource | None,
+    *,
+    hooks: Any = None,
+) -> TrainResult:
+    """Run ``settings.max_steps`` optimizer steps (or until early stopping).
+
+    ``hooks``: an optional object; any of these methods it has are called:
+    ``on_start(model, optimizer)`` once, before step 1;
+    ``step_batches(step, epoch, indices, micro_batches)`` before a step's forward,
+    ``before_optimizer_step(step, optimizer, model)`` after the finite check,
+    ``after_step(step, record)``, ``evaluation(step, batches, val_loss)``.
+    Raises DataExhaustedError, guards.NonFiniteError or guards.DivergenceError; a run
+    never ends early without saying why (TrainResult.stop_reason).
+    """
+    device = _resolve_device(settings.device)
+    with _deterministic(device):
+        run = _start(settings, train_data, val_data, hooks, device)
+        try:
+            run.run()
+        finally:
+            run.writer.close()
+    return run.result
+
+
+@dataclass
+class _Run:
+    """The live state of one run and its two actions: take a step, evaluate."""
+
+    settings: LoopSettings
+    train_data: SequenceSource
+    val_batches: list[tuple[Tensor, Tensor]]
+    model: nn.Module  # what forward runs through: the module, or torch.compile of it
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    autocast: torch.dtype | None
+    orders: _EpochOrders
+    divergence: guards.DivergenceGuard
+    early: guards.EarlyStopping | None
+    writer: metrics.MetricsWriter
+    result: TrainResult
+    hooks: Any
+
+    def step(self, plan: StepPlan) -> dict:
+        s = self.settings
+        started = time.perf_counter()
+        index_lists = [self.orders.indices(plan.epoch, r) for r in plan.micro_batches(0)]
+        micro_batches = [self.train_data.batch(ix) for ix in index_lists]
+        _call_hook(self.hooks, "step_batches", plan.step, plan.epoch, index_lists, micro_batches)
+        lr = lr_at(
+            plan.step,
+            peak=s.lr,
+            warmup=s.warmup_steps,
+            max_steps=s.schedule_length(),
+            min_lr=s.min_lr,
+        )
+        step_loss, grad_norm, tokens = _train_step(
+            self.model,
+            self.optimizer,
+            micro_batches,
+            step=plan.step,
+            lr=lr,
+            settings=s,
+            autocast=self.autocast,
+            hooks=self.hooks,
+        )
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()  # honest step times
+        elapsed = time.perf_counter() - started
+        r = self.result
+        r.steps_run = plan.step
+        r.losses.append(step_loss)
+        r.grad_norms.append(grad_norm)
+        r.lrs.append(lr)
+        r.epochs_completed = plan.epoch
+        record = self.writer.step_record(
+            plan.step,
+            epoch=plan.epoch,
+            loss=step_loss,
+            lr=lr,
+            grad_norm=grad_norm,
+            tokens=tokens,
+            seconds=elapsed,
+        )
+        r.records.append(record)
+        return record
+
+    def evaluate(self, step: int, record: dict) -> None:
+        """Validation loss, then the divergence guard (which rejects NaN/inf before early
+        stopping sees the value), then early stopping."""
+        val_loss, _ = loss.evaluate_loss(self.model, self.val_batches, autocast=self.autocast)
+        self.result.val_losses.append((step, val_loss))
+        record["val_loss"] = val_loss
+        _call_hook(self.hooks, "evaluation", step, self.val_batches, val_loss)
+        self.divergence.check(val_loss)
+        if self.early is not None and self.early.update(val_loss):
+            self.result.stop_reason = "early_stopping"
+
+    def run(self) -> None:
+        s = self.settings
+        _call_hook(self.hooks, "on_start", self.result.model, self.optimizer)
+        for plan in _planned_steps(s, self.train_data.num_sequences):
+            record = self.step(plan)
+            if plan.step % s.eval_interval == 0 and self.val_batches:
+                self.evaluate(plan.step, record)
+            self.writer.write(record, max_steps=s.max_steps, log_interval=s.log_interval)
+            # CHECKPOINT: saving every save_interval steps goes here (checkpoint issue).
+            _call_hook(self.hooks, "after_step", plan.step, record)
+            if self.result.stop_reason != "max_steps":
+                return
+
+
+def _start(
+    settings: LoopSettings,
+    train_data: SequenceSource,
+    val_data: SequenceSource | None,
+    hooks: Any,
+    device: torch.device,
+) -> _Run:
+    """Seed, build model and optimizer, fix the validation set, write the manifest."""
+    if train_data.seq_len != settings.seq_len:
+        raise ValueError(
+            f"training data has seq_len {train_data.seq_len}, settings say {settings.seq_len}"
+        )
+    seed = _run_seed(settings)
+    _seed_everything(seed)
+    model = build_model(settings.model, device=device, seed=seed)
+    optimizer = optim.build_adamw(
+        model,
+        lr=settings.lr,
+        betas=settings.betas,
+        eps=settings.eps,
+        weight_decay=settings.weight_decay,
+    )
+    val_batches = _validation_batches(val_data, train_data, settings)
+    val_tokens = sum(loss.count_targets(t) for _, t in val_batches)
+    guards.check_validation_size(val_tokens, settings.early_stopping)
+    if settings.out_dir is not None:
+        write_run_manifest(settings, Path(settings.out_dir), seed=seed, device=device)
+    return _Run(
+        settings=settings,
+        train_data=train_data,
+        val_batches=val_batches,
+        model=torch.compile(model) if settings.compile else model,
+        optimizer=optimizer,
+        device=device,
+        autocast=_autocast_dtype(settings, device),
+        orders=_EpochOrders(train_data.num_sequences, seed, settings.shuffle),
+        divergence=guards.DivergenceGuard(settings.model.vocab_size),
+        early=guards.EarlyStopping() if settings.early_stopping else None,
+        writer=metrics.MetricsWriter(settings.out_dir, settings.model, settings.seq_len, device),
+        result=TrainResult(0, [], [], [], [], "max_steps", model, optimizer),
+        hooks=hooks,
+    )

@@ -1,0 +1,80 @@
+"""The run manifest: what a run was, written before its first step (run_manifest.json).
+
+Seed, the resolved config, versions (Python, torch, CUDA, this package, numpy), the git
+commit and whether the tree was dirty, the sha256 of the data set's manifest.json, the
+host, the device, and the force_token_budget override when it was used - enough to tell
+two runs apart and to rerun one.
+"""
+
+from __future__ import annotations
+
+import platform
+import socket
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainer import __version__
+from trainer.data.manifest import file_sha256
+from trainer.train.metrics import atomic_write_json
+
+RUN_MANIFEST = "run_manifest.json"
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def git_state(cwd: Path | None = None) -> dict[str, Any]:
+    """{"commit": sha or None, "dirty": bool or None}; None when not in a git checkout."""
+    where = Path(cwd) if cwd else Path(__file__).resolve().parent
+    commit = _git(["rev-parse", "HEAD"], where)
+    status = _git(["status", "--porcelain", "--untracked-files=no"], where)
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def versions() -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "numpy": np.__version__,
+        "trainer": __version__,
+    }
+
+
+def run_manifest(settings: Any, *, seed: int, device: torch.device) -> dict[str, Any]:
+    data_manifest = settings.data_manifest
+    manifest: dict[str, Any] = {
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "seed": seed,
+        "config": settings.resolved_config,
+        "versions": versions(),
+        "git": git_state(),
+        "data_manifest": None if data_manifest is None else str(data_manifest),
+        "data_manifest_sha256": None if data_manifest is None else file_sha256(data_manifest),
+        "host": {"name": socket.gethostname(), "platform": platform.platform()},
+        "device": str(device),
+        "argv": sys.argv,
+    }
+    if settings.force_token_budget:
+        manifest["force_token_budget"] = True  # the C-TRAINCFG-001 token budget was overridden
+    return manifest
+
+
+def write_run_manifest(settings: Any, out_dir: Path, *, seed: int, device: torch.device) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / RUN_MANIFEST
+    atomic_write_json(path, run_manifest(settings, seed=seed, device=device))
+    return path

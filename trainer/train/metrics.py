@@ -1,0 +1,157 @@
+"""Per-step metrics: JSON lines, a live training_state.json, a progress line on a terminal.
+
+    writer = MetricsWriter(out_dir, model_cfg, seq_len, device)   # out_dir None: nothing written
+    record = writer.step_record(step, epoch=0, loss=3.2, lr=3e-4, grad_norm=0.8, tokens=4096,
+                                seconds=0.5)
+    writer.write(record, max_steps=1000, log_interval=10)
+
+- ``metrics.jsonl``: one object per step - step, epoch, loss, lr, grad_norm, tokens,
+  tokens_per_s, step_s, and mfu on CUDA only (a CPU has no meaningful peak to divide by).
+- ``training_state.json``: the latest record plus the run's progress, replaced atomically
+  (temp file, fsync, os.replace) so a reader never sees half a file.
+- A progress line on stderr, only when stderr is a terminal (logs stay clean).
+
+MFU = achieved model FLOP/s / the device's peak bf16 FLOP/s, with the model FLOPs of one
+token of training (forward + backward = 3 x forward) counted as in PaLM (Chowdhery et
+al. 2022, appendix B):
+
+    flops_per_token = 6 * N  +  12 * L * H * T
+                      \\_____/    \\___________/
+    matmuls over N non-embedding   attention scores and weighted values: QK^T and AV are
+    parameters (2 per multiply-     2 * T * H multiply-adds per token and layer forward,
+    add, x3 for fwd + bwd)          x2 FLOPs, x3 fwd + bwd  (H = heads * head_dim)
+
+N counts every weight matrix a token is multiplied by (including lm_head), not the
+embedding lookup, which is a gather. Causal masking is not discounted (as in PaLM).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from trainer.model.config import LlamaConfig
+
+METRICS_FILE = "metrics.jsonl"
+STATE_FILE = "training_state.json"
+
+#: Dense bf16 peak FLOP/s by device-name fragment (vendor datasheets, no sparsity).
+PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12}
+
+
+def matmul_params(cfg: LlamaConfig) -> int:
+    """Parameters of every matrix a token is multiplied by (layers and lm_head)."""
+    hidden, head_dim = cfg.hidden_size, cfg.resolved_head_dim
+    q_out = cfg.num_attention_heads * head_dim
+    kv_out = cfg.num_key_value_heads * head_dim
+    attention = hidden * q_out + 2 * hidden * kv_out + q_out * hidden
+    mlp = 3 * hidden * cfg.intermediate_size
+    return cfg.num_hidden_layers * (attention + mlp) + hidden * cfg.vocab_size
+
+
+def flops_per_token(cfg: LlamaConfig, seq_len: int) -> float:
+    """Training FLOPs per token: 6 N + 12 L H T (see the module docstring)."""
+    attention_width = cfg.num_attention_heads * cfg.resolved_head_dim
+    return 6.0 * matmul_params(cfg) + 12.0 * cfg.num_hidden_layers * attention_width * seq_len
+
+
+def peak_flops(device: torch.device) -> float | None:
+    """The device's peak bf16 FLOP/s, or None when unknown (then no MFU is reported)."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    for fragment, peak in PEAK_BF16_FLOPS.items():
+        if fragment in name:
+            return peak
+    return None
+
+
+def atomic_write_json(path: Path, data: dict) -> None:
+    """Write ``data`` to ``path`` so readers see the old file or the new one, never a part."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, allow_nan=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _json_number(value: float) -> float | str:
+    """JSON has no NaN/inf: write them as strings rather than lie or crash."""
+    return value if math.isfinite(value) else str(value)
+
+
+class MetricsWriter:
+    def __init__(
+        self, out_dir: Path | None, cfg: LlamaConfig, seq_len: int, device: torch.device
+    ) -> None:
+        self.out_dir = None if out_dir is None else Path(out_dir)
+        self.flops_per_token = flops_per_token(cfg, seq_len)
+        self.peak = peak_flops(device)
+        self._lines = None
+        self._tty = sys.stderr.isatty()
+        if self.out_dir is not None:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self._lines = (self.out_dir / METRICS_FILE).open("a", encoding="utf-8")
+
+    def step_record(
+        self,
+        step: int,
+        *,
+        epoch: int,
+        loss: float,
+        lr: float,
+        grad_norm: float,
+        tokens: int,
+        seconds: float,
+    ) -> dict:
+        tokens_per_s = tokens / seconds if seconds > 0 else float("inf")
+        record = {
+            "step": step,
+            "epoch": epoch,
+            "loss": loss,
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "tokens": tokens,
+            "tokens_per_s": tokens_per_s,
+            "step_s": seconds,
+        }
+        if self.peak is not None:
+            record["mfu"] = tokens_per_s * self.flops_per_token / self.peak
+        return record
+
+    def write(self, record: dict, *, max_steps: int, log_interval: int = 1) -> None:
+        if self._lines is not None:
+            line = {k: _json_number(v) if isinstance(v, float) else v for k, v in record.items()}
+            self._lines.write(json.dumps(line) + "\n")
+            self._lines.flush()
+            state = {"max_steps": max_steps, "last": line}
+            atomic_write_json(self.out_dir / STATE_FILE, state)
+        if self._tty and record["step"] % log_interval == 0:
+            print(
+                f"\rstep {record['step']}/{max_steps}  loss {record['loss']:.4f}  "
+                f"lr {record['lr']:.2e}  |g| {record['grad_norm']:.3f}  "
+                f"{record['tokens_per_s']:,.0f} tok/s",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        if self._lines is not None:
+            self._lines.close()
+            self._lines = None
+        if self._tty:
+            print(file=sys.stderr)

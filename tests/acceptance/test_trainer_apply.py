@@ -75,3 +75,30 @@ def test_missing_data_is_named_exit_1_and_nothing_written(corpus, tmp_path, caps
     assert rc == 1
     assert "no-data" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_output_directory_holding_a_run_is_refused_and_left_alone(corpus, tmp_path, capsys):
+    data, tok = corpus
+    config = write_run_config(tmp_path / "run.yaml", data, tok, tmp_path / "out", max_steps=20)
+    assert cli.main(["apply", str(config), "--max-steps", "2", "--device", "cpu"]) == 0
+    before = (tmp_path / "out" / "metrics.jsonl").read_bytes()
+    rc = cli.main(["apply", str(config), "--max-steps", "2", "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "already holds a run" in err and "metrics.jsonl" in err
+    assert (tmp_path / "out" / "metrics.jsonl").read_bytes() == before, "the first run's metrics"
+
+
+def test_shards_of_another_vocabulary_are_refused_before_anything_is_written(
+    corpus, tmp_path, capsys
+):
+    data, tok = corpus
+    config = write_run_config(tmp_path / "run.yaml", data, tok, tmp_path / "out")
+    text = config.read_text()
+    vocab = int(text.split("vocab_size: ")[1].split()[0])
+    config.write_text(text.replace(f"vocab_size: {vocab}", f"vocab_size: {vocab + 8}"))
+    rc = cli.main(["apply", str(config), "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert f"vocab_size {vocab + 8} != {vocab}" in err, err
+    assert not (tmp_path / "out").exists()

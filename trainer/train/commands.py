@@ -12,8 +12,9 @@ training_state.json (replaced atomically every step).
 rate follows the configured max_steps; the manifest records the override).
 
 Exit status: 0 the run finished (max_steps or early stopping); 1 the config or the data
-is unusable (nothing written); 3 the run aborted (non-finite loss or gradient norm,
-divergence, exhausted data), with the step and the value on stderr.
+is unusable, or the output directory already holds a run (nothing written); 3 the run
+aborted (non-finite loss or gradient norm, divergence, exhausted data), with the step and
+the value on stderr.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     from trainer.data.manifest import ShardError  # noqa: PLC0415
     from trainer.model.params import param_count  # noqa: PLC0415
     from trainer.train import guards, loop  # noqa: PLC0415
+    from trainer.train.manifest import RUN_MANIFEST  # noqa: PLC0415
+    from trainer.train.metrics import METRICS_FILE  # noqa: PLC0415
     from trainer.train.sequences import ShardSequences  # noqa: PLC0415
 
     if args.max_steps is not None and args.max_steps < 1:
@@ -55,6 +58,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
         val_data = ShardSequences(cfg.data.shards, "val", cfg.data.seq_len)
     except (ShardError, OSError, ValueError) as exc:
         return _fail(f"data {cfg.data.shards}: {exc}")
+    shards_vocab = train_data.manifest.vocab_size
+    if shards_vocab != cfg.model.vocab_size:
+        return _fail(
+            f"{args.config}: the model's vocab_size {cfg.model.vocab_size} != {shards_vocab}, "
+            f"the vocabulary {cfg.data.shards} was encoded with; nothing written"
+        )
     report = evaluate(
         cfg.algebra_inputs(sequences=train_data.num_sequences, params=param_count(cfg.model))
     )
@@ -75,6 +84,17 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if args.max_steps is not None and args.max_steps < settings.max_steps:
         overrides |= {"max_steps": args.max_steps, "schedule_steps": settings.max_steps}
     settings = dataclasses.replace(settings, **overrides)
+    previous = [
+        name
+        for name in (RUN_MANIFEST, METRICS_FILE)
+        if settings.out_dir is not None and (Path(settings.out_dir) / name).exists()
+    ]
+    if previous:
+        # Appending a second run's steps to the first's metrics would make both unreadable.
+        return _fail(
+            f"{settings.out_dir} already holds a run ({', '.join(previous)}); "
+            "choose another --out or remove it; nothing written"
+        )
     if settings.resolved_config is not None:
         settings.resolved_config["apply"] = {
             "max_steps": args.max_steps,

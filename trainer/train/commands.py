@@ -108,10 +108,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
     except (guards.NonFiniteError, guards.DivergenceError, DataExhaustedError) as exc:
         print(f"trainer apply: run aborted: {exc}", file=sys.stderr)
         return ABORT_STATUS
-    last = result.losses[-1]
     print(
-        f"{args.config}: {result.steps_run} steps ({result.stop_reason}), final loss "
-        f"{last:.4f}; metrics in {settings.out_dir}"
+        f"{args.config}: {result.steps_run} steps ({result.stop_reason}), loss "
+        f"{result.losses[0]:.4f} at step 1 -> {result.losses[-1]:.4f}; "
+        f"metrics in {settings.out_dir}"
     )
     return 0
 

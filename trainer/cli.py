@@ -13,6 +13,7 @@ import platform
 import sys
 
 from trainer import __version__
+from trainer.checkpoint.commands import add_checkpoint_parsers
 from trainer.config.commands import add_validate_parser
 from trainer.data.commands import add_data_parser
 from trainer.plan.commands import add_plan_parser
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_validate_parser(sub)
     add_plan_parser(sub)
     add_apply_parser(sub)
+    add_checkpoint_parsers(sub)
     return parser
 
 

@@ -8,11 +8,16 @@ with the real sequence count), then the data. Then the run writes, in the output
 directory, run_manifest.json (before step 1), metrics.jsonl (one line per step) and
 training_state.json (replaced atomically every step).
 
+``--resume [latest|PATH]`` continues a run from its newest valid checkpoint (or PATH):
+weights, AdamW state, scheduler step, data position and RNG states are restored; a
+checkpoint of another config or data set is refused unless ``--resume-other-run``.
+
 ``--max-steps N`` stops the run after N steps of the configured schedule (the learning
 rate follows the configured max_steps; the manifest records the override).
 
-Exit status: 0 the run finished (max_steps or early stopping); 1 the config or the data
-is unusable, or the output directory already holds a run (nothing written); 3 the run
+Exit status: 0 the run finished (max_steps, early stopping, or SIGTERM/SIGINT after the
+step in progress and a checkpoint); 1 the config or the data is unusable, the output
+directory already holds a run, or the resume is refused (nothing written); 3 the run
 aborted (non-finite loss or gradient norm, divergence, exhausted data), with the step and
 the value on stderr.
 """
@@ -34,6 +39,7 @@ def _fail(message: str) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
+    from trainer.checkpoint.layout import CheckpointError  # noqa: PLC0415
     from trainer.config.algebra import evaluate  # noqa: PLC0415 - keep torch out of CLI start-up
     from trainer.config.commands import rule_finding, validate  # noqa: PLC0415
     from trainer.data.loader import DataExhaustedError  # noqa: PLC0415
@@ -80,7 +86,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
         )
     overrides: dict = {"device": args.device, "compile": args.compile or settings.compile}
     if args.out is not None:
-        overrides["out_dir"] = args.out
+        overrides |= {"out_dir": args.out, "checkpoint_dir": args.out / "checkpoints"}
+    if args.resume is not None:
+        overrides |= {"resume_from": args.resume, "resume_override": args.resume_other_run}
     if args.max_steps is not None and args.max_steps < settings.max_steps:
         overrides |= {"max_steps": args.max_steps, "schedule_steps": settings.max_steps}
     settings = dataclasses.replace(settings, **overrides)
@@ -89,7 +97,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         for name in (RUN_MANIFEST, METRICS_FILE)
         if settings.out_dir is not None and (Path(settings.out_dir) / name).exists()
     ]
-    if previous:
+    if previous and args.resume is None:
         # Appending a second run's steps to the first's metrics would make both unreadable.
         return _fail(
             f"{settings.out_dir} already holds a run ({', '.join(previous)}); "
@@ -101,17 +109,27 @@ def cmd_apply(args: argparse.Namespace) -> int:
             "out": str(settings.out_dir),
             "device": args.device,
             "compile": settings.compile,
+            "resume": args.resume,
         }
 
     try:
         result = loop.train(settings, train_data, val_data)
+    except CheckpointError as exc:  # resume refused before any step: nothing trained
+        return _fail(f"cannot resume: {exc}")
     except (guards.NonFiniteError, guards.DivergenceError, DataExhaustedError) as exc:
         print(f"trainer apply: run aborted: {exc}", file=sys.stderr)
         return ABORT_STATUS
+    first = result.resumed_from + 1  # a resumed run's first step is the one after it
+    losses = (
+        f"loss {result.losses[0]:.4f} at step {first} -> {result.losses[-1]:.4f}"
+        if result.losses
+        else "no step left to run"
+    )
+    resumed = f", resumed after step {result.resumed_from}" if result.resumed_from else ""
+    saved = f"; checkpoints at steps {result.checkpoints}" if result.checkpoints else ""
     print(
-        f"{args.config}: {result.steps_run} steps ({result.stop_reason}), loss "
-        f"{result.losses[0]:.4f} at step 1 -> {result.losses[-1]:.4f}; "
-        f"metrics in {settings.out_dir}"
+        f"{args.config}: {result.steps_run} steps ({result.stop_reason}{resumed}), {losses}; "
+        f"metrics in {settings.out_dir}{saved}"
     )
     return 0
 
@@ -127,4 +145,17 @@ def add_apply_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None, help="output directory (default: config)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const="latest",
+        default=None,
+        metavar="latest|PATH",
+        help="continue from the newest valid checkpoint (default) or the checkpoint PATH",
+    )
+    p.add_argument(
+        "--resume-other-run",
+        action="store_true",
+        help="resume even when the checkpoint's config hash or data manifest differ",
+    )
     p.set_defaults(run=cmd_apply)

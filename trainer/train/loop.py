@@ -23,7 +23,12 @@ One run, top to bottom (C-TRAINING-LOOP):
    - check loss and norm are finite BEFORE optimizer.step (guards.check_finite), so a
      bad batch never reaches the weights or the AdamW moments;
    - step the optimizer, record and write the metrics;
-   - every ``eval_interval`` steps: validation loss, divergence guard, early stopping.
+   - every ``eval_interval`` steps: validation loss, divergence guard, early stopping;
+   - every ``save_interval`` steps, at the last step, and after the step in progress when
+     SIGTERM/SIGINT arrives: a checkpoint (train/checkpointing.py; a failed save is loud
+     and training goes on). With ``resume_from``, weights, AdamW state, RNG states, the
+     scheduler step, the data position and the guards come from the checkpoint and the
+     run continues at the step after it.
 
 CPU runs in float32; CUDA runs the forward under bf16 autocast when the config asks.
 Named seams (_run_seed, _planned_steps, _train_step, _zero_grad, _validation_batches)
@@ -45,10 +50,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from trainer.checkpoint.layout import CheckpointError
+from trainer.checkpoint.state import TrainingState
 from trainer.data.loader import DataExhaustedError
 from trainer.model.config import LlamaConfig
 from trainer.model.llama import build_model
-from trainer.train import guards, loss, metrics, optim
+from trainer.train import checkpointing, guards, loss, metrics, optim
 from trainer.train.manifest import write_run_manifest
 from trainer.train.schedule import lr_at
 from trainer.train.sequences import SequenceSource, epoch_order
@@ -87,6 +94,12 @@ class LoopSettings:
     data_manifest: Path | None = None  # the data set's manifest.json (hashed into the run manifest)
     force_token_budget: bool = False
     schedule_steps: int | None = None  # the LR schedule's length; None: max_steps
+    checkpoint_dir: Path | None = None  # None: no checkpoints (and no signal handling)
+    save_interval: int | None = None  # steps between checkpoints; None: the last step only
+    keep_checkpoints: int = 2  # the newest K (>= 2) plus the best by validation loss
+    resume_from: str | Path | None = None  # "latest" (in checkpoint_dir) or a checkpoint
+    resume_override: bool = False  # resume a checkpoint of another config / data set
+    tokenizer_dir: Path | None = None  # recorded in checkpoints for export
 
     def schedule_length(self) -> int:
         """A run cut short (trainer apply --max-steps) keeps its configured schedule."""
@@ -106,6 +119,8 @@ class TrainResult:
     # Wraps taken, as ShardBatchIter counts them: the 0-based epoch of the last step.
     epochs_completed: int = 0
     records: list[dict] = field(default_factory=list)  # the per-step metrics records
+    checkpoints: list[int] = field(default_factory=list)  # steps saved by this process
+    resumed_from: int = 0  # the checkpoint step this process started after (0: none)
 
 
 # ---------------------------------------------------------------- settings
@@ -133,6 +148,9 @@ def settings_from_config(run_config: Any, **overrides: Any) -> LoopSettings:
         early_stopping=training.early_stopping,
         wrap_around=training.wrap_around,
         out_dir=Path(training.output_dir),
+        checkpoint_dir=Path(training.output_dir) / "checkpoints",
+        save_interval=training.save_interval,
+        tokenizer_dir=Path(c.data.tokenizer),
         compile=training.compile,
         log_interval=c.monitoring.log_interval,
         mixed_precision=training.mixed_precision,
@@ -314,8 +332,11 @@ def train(
     never ends early without saying why (TrainResult.stop_reason).
     """
     device = _resolve_device(settings.device)
-    with _deterministic(device):
+    checkpoints = settings.checkpoint_dir is not None
+    signals = checkpointing.StopSignals() if checkpoints else contextlib.nullcontext()
+    with _deterministic(device), signals as stop:
         run = _start(settings, train_data, val_data, hooks, device)
+        run.stop = stop
         try:
             run.run()
         finally:
@@ -340,6 +361,12 @@ class _Run:
     writer: metrics.MetricsWriter
     result: TrainResult
     hooks: Any
+    checkpointer: checkpointing.Checkpointer | None = None
+    identity: tuple[str, str | None] = ("", None)
+    resumed: TrainingState | None = None
+    first_step: int = 1
+    scheduler_step: int = 0  # the step the LR schedule was last evaluated at
+    stop: checkpointing.StopSignals | None = None
 
     def step(self, plan: StepPlan) -> dict:
         s = self.settings
@@ -347,6 +374,7 @@ class _Run:
         index_lists = [self.orders.indices(plan.epoch, r) for r in plan.micro_batches(0)]
         micro_batches = [self.train_data.batch(ix) for ix in index_lists]
         _call_hook(self.hooks, "step_batches", plan.step, plan.epoch, index_lists, micro_batches)
+        self.scheduler_step = plan.step  # lr_at is a pure function of the step
         lr = lr_at(
             plan.step,
             peak=s.lr,
@@ -399,15 +427,53 @@ class _Run:
     def run(self) -> None:
         s = self.settings
         _call_hook(self.hooks, "on_start", self.result.model, self.optimizer)
+        last: StepPlan | None = None
         for plan in _planned_steps(s, self.train_data.num_sequences):
+            if self.resumed is not None and plan.step == self.resumed.step:
+                _check_data_position(plan, self.resumed, s)
+            if plan.step < self.first_step:
+                continue  # done before the checkpoint this run resumed from
             record = self.step(plan)
+            last = plan
             if plan.step % s.eval_interval == 0 and self.val_batches:
                 self.evaluate(plan.step, record)
             self.writer.write(record, max_steps=s.max_steps, log_interval=s.log_interval)
-            # CHECKPOINT: saving every save_interval steps goes here (checkpoint issue).
+            if self.checkpointer is not None and self.checkpointer.due(plan.step):
+                self.save(plan)
             _call_hook(self.hooks, "after_step", plan.step, record)
             if self.result.stop_reason != "max_steps":
-                return
+                break
+            if self.stop is not None and self.stop.requested is not None:
+                self.result.stop_reason = "signal"  # SIGTERM/SIGINT: save, then a clean stop
+                break
+        if last is not None and self.checkpointer is not None:
+            self.save(last)  # the last step, early stop or signal (a no-op if just saved)
+
+    def save(self, plan: StepPlan) -> None:
+        """Checkpoint the state after ``plan``'s step (a failure is reported, not raised)."""
+        s = self.settings
+        config_hash, data_sha = self.identity
+        val = [v for _, v in self.result.val_losses]
+        earlier = self.resumed.best_val_loss if self.resumed is not None else None
+        best = [*val, earlier] if earlier is not None else val  # best across the resume
+        state = TrainingState(
+            step=plan.step,
+            epoch=plan.epoch,
+            epoch_step=_epoch_step(plan, s),
+            scheduler_step=self.scheduler_step,
+            config_hash=config_hash,
+            data_manifest_sha256=data_sha,
+            val_loss=val[-1] if val else None,
+            best_val_loss=min(best) if best else None,
+            early_stopping=self.early.state_dict() if self.early is not None else None,
+            divergence=self.divergence.state_dict(),
+            seed=s.seed,
+            tokenizer_dir=None if s.tokenizer_dir is None else str(s.tokenizer_dir),
+        )
+        if self.checkpointer is None:
+            raise RuntimeError("save() called on a run without checkpoint_dir")
+        if self.checkpointer.save(plan.step, self.result.model, self.optimizer, state):
+            self.result.checkpoints.append(plan.step)
 
 
 def _start(
@@ -435,9 +501,21 @@ def _start(
     val_batches = _validation_batches(val_data, train_data, settings)
     val_tokens = sum(loss.count_targets(t) for _, t in val_batches)
     guards.check_validation_size(val_tokens, settings.early_stopping)
+    checkpointer, identity, resumed = None, ("", None), None
+    divergence = guards.DivergenceGuard(settings.model.vocab_size)
+    early = guards.EarlyStopping() if settings.early_stopping else None
+    if settings.checkpoint_dir is not None:
+        checkpointer = checkpointing.Checkpointer(
+            settings.checkpoint_dir, settings.save_interval, settings.keep_checkpoints
+        )
+        identity = checkpointing.run_identity(settings)
+    if settings.resume_from is not None:
+        resumed = _resume(
+            settings, model, optimizer, identity=identity, divergence=divergence, early=early
+        )
     if settings.out_dir is not None:
         write_run_manifest(settings, Path(settings.out_dir), seed=seed, device=device)
-    return _Run(
+    run = _Run(
         settings=settings,
         train_data=train_data,
         val_batches=val_batches,
@@ -446,9 +524,62 @@ def _start(
         device=device,
         autocast=_autocast_dtype(settings, device),
         orders=_EpochOrders(train_data.num_sequences, seed, settings.shuffle),
-        divergence=guards.DivergenceGuard(settings.model.vocab_size),
-        early=guards.EarlyStopping() if settings.early_stopping else None,
+        divergence=divergence,
+        early=early,
         writer=metrics.MetricsWriter(settings.out_dir, settings.model, settings.seq_len, device),
         result=TrainResult(0, [], [], [], [], "max_steps", model, optimizer),
         hooks=hooks,
+        checkpointer=checkpointer,
+        identity=identity,
     )
+    if resumed is not None:
+        run.resumed = resumed
+        run.first_step = checkpointing.first_step_after(resumed)
+        run.scheduler_step = resumed.scheduler_step
+        run.result.resumed_from = resumed.step
+        run.result.steps_run = resumed.step
+    return run
+
+
+# ---------------------------------------------------------------- resume
+def _epoch_step(plan: StepPlan, settings: LoopSettings) -> int:
+    """Steps of ``plan.epoch`` completed once ``plan`` is done: the data position."""
+    return plan.first_sequence // (settings.micro_batch * settings.grad_accum) + 1
+
+
+def _check_data_position(plan: StepPlan, state: TrainingState, settings: LoopSettings) -> None:
+    """The step driver and the checkpoint must agree on where the data stands."""
+    position = (plan.epoch, _epoch_step(plan, settings))
+    if position != (state.epoch, state.epoch_step):
+        raise CheckpointError(
+            f"step {state.step}: the checkpoint's data position (epoch {state.epoch}, step "
+            f"{state.epoch_step} of it) is not this run's (epoch {position[0]}, step "
+            f"{position[1]}): another batch size or data set?"
+        )
+
+
+def _resume(
+    settings: LoopSettings,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    *,
+    identity: tuple[str, str | None],
+    divergence: guards.DivergenceGuard,
+    early: guards.EarlyStopping | None,
+) -> TrainingState:
+    """Load the checkpoint into model, optimizer, RNGs and guards; CheckpointError if unfit."""
+    if settings.checkpoint_dir is None:
+        raise CheckpointError("resume_from needs checkpoint_dir (where the run's checkpoints are)")
+    path = checkpointing.resolve_checkpoint(settings.resume_from, settings.checkpoint_dir, model)
+    state = checkpointing.resume_state(
+        path, model, optimizer, identity=identity, override=settings.resume_override
+    )
+    if state.scheduler_step != state.step:
+        raise CheckpointError(
+            f"{path}: scheduler step {state.scheduler_step} != optimizer step {state.step}"
+        )
+    if state.divergence is not None:
+        divergence.load_state_dict(state.divergence)
+    if early is not None and state.early_stopping is not None:
+        early.load_state_dict(state.early_stopping)
+    return state

@@ -1,0 +1,115 @@
+"""FALSIFY-TRAIN-LOOP-014: checkpoints every save_interval steps, at the last step, and on
+SIGTERM after the step in progress; none of the poisoned state when a run aborts; a
+failed save is reported and the run goes on.
+
+max_steps 35, save_interval 10 (tiny model, 8 steps per epoch): run A leaves 10, 20, 30,
+35; run B gets SIGTERM during step 23, stops cleanly after saving 23, and its resume to
+35 is bitwise run A; run C's loss is NaN at step 27: it raises and leaves 10 and 20.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+
+import pytest
+import torch
+
+from tests.unit.trainer.loop_support import TensorSequences, one_thread, random_rows, settings  # noqa: F401
+from trainer.checkpoint import save as save_module
+from trainer.checkpoint.layout import checkpoint_dirs, step_of
+from trainer.checkpoint.verify import inspect_checkpoint
+from trainer.train import guards, loop
+
+
+def _settings(tmp, **overrides):
+    return settings(
+        seed=5,
+        epochs=5,
+        max_steps=35,
+        save_interval=10,
+        keep_checkpoints=10,
+        checkpoint_dir=tmp,
+        **overrides,
+    )
+
+
+def _data():
+    return TensorSequences(random_rows(32, 8, seed=4))  # 8 steps per epoch
+
+
+def _saved(directory):
+    return sorted(step_of(p) for p in checkpoint_dirs(directory))
+
+
+class _TermDuring:
+    def __init__(self, step):
+        self.step = step
+
+    def step_batches(self, step, epoch, indices, micro_batches):
+        if step == self.step:
+            # With no handler installed the signal would end this test process unsaved.
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN, None), (
+                "the run installed no SIGTERM handler: SIGTERM would kill it with no checkpoint"
+            )
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives while the step runs
+
+
+def test_checkpoints_land_every_interval_at_the_end_and_after_sigterm_and_never_on_abort(
+    tmp_path, monkeypatch
+):
+    a = loop.train(_settings(tmp_path / "a"), _data(), None)
+    assert a.checkpoints == [10, 20, 30, 35] == _saved(tmp_path / "a")
+    assert all(inspect_checkpoint(p).valid for p in checkpoint_dirs(tmp_path / "a"))
+
+    before = signal.getsignal(signal.SIGTERM)
+    b = loop.train(_settings(tmp_path / "b"), _data(), None, hooks=_TermDuring(23))
+    assert (b.stop_reason, b.steps_run) == ("signal", 23)
+    assert b.checkpoints == [10, 20, 23] == _saved(tmp_path / "b")
+    assert signal.getsignal(signal.SIGTERM) is before, "the run left its SIGTERM handler"
+    resumed = loop.train(_settings(tmp_path / "b", resume_from="latest"), _data(), None)
+    assert resumed.resumed_from == 23 and resumed.steps_run == 35
+    assert [r["step"] for r in resumed.records] == list(range(24, 36))
+    assert resumed.losses == a.losses[23:], "the resumed losses differ from the straight run's"
+    for (name, p), (_, q) in zip(
+        a.model.named_parameters(), resumed.model.named_parameters(), strict=True
+    ):
+        assert torch.equal(p, q), f"{name} differs after SIGTERM + resume"
+
+    real = loop.loss.accumulate_gradients
+    calls = {"n": 0}
+
+    def nan_at_27(model, micro_batches, **kwargs):
+        calls["n"] += 1
+        value, count = real(model, micro_batches, **kwargs)
+        return (float("nan"), count) if calls["n"] == 27 else (value, count)
+
+    monkeypatch.setattr(loop.loss, "accumulate_gradients", nan_at_27)
+    with pytest.raises(guards.NonFiniteError, match="step 27"):
+        loop.train(_settings(tmp_path / "c"), _data(), None)
+    assert _saved(tmp_path / "c") == [10, 20], "the aborted run left other checkpoints"
+    assert all(inspect_checkpoint(p).valid for p in checkpoint_dirs(tmp_path / "c"))
+
+
+def test_a_failed_save_is_loud_and_training_goes_on_with_the_previous_checkpoint_intact(
+    tmp_path, monkeypatch, capsys
+):
+    real = save_module._write_model
+    failures = {"left": 1}
+
+    def disk_full_once(model, path):
+        if "step-00000020" in str(path) and failures["left"]:
+            failures["left"] -= 1
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(model, path)
+
+    monkeypatch.setattr(save_module, "_write_model", disk_full_once)
+    result = loop.train(_settings(tmp_path), _data(), None)
+    assert (result.steps_run, result.stop_reason) == (35, "max_steps")
+    assert result.checkpoints == [10, 30, 35] == _saved(tmp_path)
+    err = capsys.readouterr().err
+    assert "CHECKPOINT FAILED at step 20" in err and "No space left" in err, err
+    assert "last good checkpoint is step 10" in err
+    assert not list(tmp_path.glob("*.tmp")), "the failed save left its staging directory"
+    assert all(inspect_checkpoint(p).valid for p in checkpoint_dirs(tmp_path))

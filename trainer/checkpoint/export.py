@@ -1,0 +1,170 @@
+"""Export for other tools: model.safetensors + config.json (+ tokenizer files), never empty.
+
+    report = export_model(model, out_dir, tokenizer_dir=None)   # the live model
+    report = export_checkpoint(ckpt_dir, out_dir)               # a verified checkpoint
+
+The directory loads with transformers.LlamaForCausalLM.from_pretrained(out_dir) (and the
+tokenizer, when exported, with tokenizers.Tokenizer.from_file). The exporter refuses,
+creating nothing at ``out_dir``, unless the tensors it is about to write are exactly the
+configured model's (every name, shape, non-empty) and bitwise the live weights; after the
+write it reads the file back and checks the sha256 of every tensor against the live ones
+before publishing the directory by rename (INV-TRAIN-LOOP-015, INV-ARCH-370M-004). The
+source system exported a 200-byte file holding nothing after 25 hours of training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from trainer.checkpoint.durable import fsync_dir, fsync_file, write_json
+from trainer.checkpoint.layout import MODEL_FILE, STATE_FILE
+from trainer.checkpoint.verify import verify_checkpoint
+from trainer.model import hf, llama
+from trainer.model.config import LlamaConfig
+from trainer.model.params import parameter_shapes
+from trainer.model.vocab import check_vocab_agreement, tokenizer_vocab_size
+
+CONFIG_FILE = "config.json"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+_LISTED = 5
+
+
+class ExportError(ValueError):
+    """The export would not be the model asked for; nothing was written."""
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    out_dir: Path
+    tensor_count: int
+    tensor_bytes: int  # sum of numel * itemsize over the tensors written
+    files: tuple[str, ...]
+
+
+def tensor_sha256(t: torch.Tensor) -> str:
+    """sha256 of a tensor's bytes (row-major): bitwise identity, NaN and -0.0 included."""
+    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    return hashlib.sha256(flat.view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def _weights_to_export(model: llama.Llama) -> dict[str, torch.Tensor]:
+    """The tensors written: the model's state dict as hf.py lays it out."""
+    return hf._tensors_for_file(model)
+
+
+def _export_problems(tensors: dict[str, torch.Tensor], model: llama.Llama) -> list[str]:
+    if not tensors:
+        return ["the state dict to export is empty"]
+    expected = parameter_shapes(model.config)
+    problems = hf._layout_problems({n: tuple(t.shape) for n, t in tensors.items()}, expected)
+    empty = [n for n, t in tensors.items() if t.numel() == 0]
+    if empty:
+        problems.append(f"empty tensors {', '.join(empty[:_LISTED])}")
+    live = model.state_dict()
+    differ = [
+        n
+        for n, t in tensors.items()
+        if n in live and (t.dtype != live[n].dtype or tensor_sha256(t) != tensor_sha256(live[n]))
+    ]
+    if differ:
+        problems.append(f"not the live weights: {', '.join(differ[:_LISTED])}")
+    return problems
+
+
+def _written_problems(path: Path, model: llama.Llama) -> list[str]:
+    """Read the written file back: every live tensor present and bitwise equal."""
+    live = model.state_dict()
+    problems = []
+    with safe_open(str(path), framework="pt", device="cpu") as fh:
+        names = set(fh.keys())
+        if names != set(live):
+            problems.append(f"{len(names)} tensors written, the model has {len(live)}")
+        for name in sorted(names & set(live)):
+            if tensor_sha256(fh.get_tensor(name)) != tensor_sha256(live[name]):
+                problems.append(f"{name} does not hash to the live weights")
+    return problems
+
+
+def _tokenizer_files(tokenizer_dir: Path, vocab_size: int) -> list[Path]:
+    """The tokenizer files to copy (``tokenizer_dir`` may also name its tokenizer.json)."""
+    tokenizer_dir = Path(tokenizer_dir)
+    if tokenizer_dir.name == "tokenizer.json" and tokenizer_dir.is_file():
+        tokenizer_dir = tokenizer_dir.parent
+    if not (tokenizer_dir / "tokenizer.json").is_file():
+        raise ExportError(f"{tokenizer_dir}: no tokenizer.json to export")
+    check_vocab_agreement(
+        vocab_size, tokenizer_vocab_size(tokenizer_dir), tokenizer_path=tokenizer_dir
+    )
+    return [tokenizer_dir / n for n in TOKENIZER_FILES if (tokenizer_dir / n).is_file()]
+
+
+def export_model(
+    model: llama.Llama, out_dir: Path, *, tokenizer_dir: Path | None = None
+) -> ExportReport:
+    """Write ``out_dir`` (which must not exist or be empty) from the live ``model``."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise ExportError(f"{out_dir}: exists and is not an empty directory; nothing written")
+    tensors = _weights_to_export(model)
+    problems = _export_problems(tensors, model)
+    if problems:
+        raise ExportError(f"{out_dir}: refusing to export: " + "; ".join(problems))
+    tokenizer = _tokenizer_files(tokenizer_dir, model.config.vocab_size) if tokenizer_dir else []
+    dtype = str(next(iter(tensors.values())).dtype).removeprefix("torch.")
+    staging = out_dir.with_name(f".{out_dir.name}.export-tmp")
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    try:
+        save_file(tensors, str(staging / MODEL_FILE), metadata={"format": "pt"})
+        fsync_file(staging / MODEL_FILE)
+        written = _written_problems(staging / MODEL_FILE, model)
+        if written:
+            raise ExportError(f"{out_dir}: the written file is wrong: " + "; ".join(written))
+        write_json(staging / CONFIG_FILE, hf.hf_config_dict(model.config, dtype=dtype))
+        for file in tokenizer:
+            shutil.copyfile(file, staging / file.name)
+            fsync_file(staging / file.name)
+        fsync_dir(staging)
+        if out_dir.exists():
+            out_dir.rmdir()  # empty, checked above
+        staging.rename(out_dir)
+        fsync_dir(out_dir.parent)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return ExportReport(
+        out_dir,
+        len(tensors),
+        sum(t.numel() * t.element_size() for t in tensors.values()),
+        tuple(sorted(p.name for p in out_dir.iterdir())),
+    )
+
+
+def export_checkpoint(
+    checkpoint: Path, out_dir: Path, *, tokenizer_dir: Path | None = None
+) -> ExportReport:
+    """Verify ``checkpoint``, load its weights, export them (tokenizer: the argument, else
+    the one state.json names, else none)."""
+    checkpoint = Path(checkpoint)
+    report = verify_checkpoint(checkpoint)
+    cfg = LlamaConfig(**report.manifest["architecture"])
+    model = llama.build_model(cfg, device="meta")
+    hf.load_weights(model, checkpoint / MODEL_FILE)
+    if tokenizer_dir is None:
+        named = json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8"))
+        tokenizer_dir = named.get("tokenizer_dir")
+        if tokenizer_dir is not None and not Path(tokenizer_dir).exists():
+            raise ExportError(
+                f"{checkpoint / STATE_FILE}: names tokenizer directory {tokenizer_dir}, "
+                "which does not exist; pass --tokenizer"
+            )
+    return export_model(model, out_dir, tokenizer_dir=tokenizer_dir)

@@ -1,0 +1,100 @@
+"""Read a verified checkpoint back into a model, an optimizer and the RNGs.
+
+    ckpt, skipped = latest_valid(run_dir)      # skipped: [(path, why), ...]
+    state = load_checkpoint(ckpt, model, optimizer)
+
+Nothing is read before verify_checkpoint passes: sizes and sha256 of every file, no
+stranger files, the expected architecture.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from trainer.checkpoint import optimizer_state, rng
+from trainer.checkpoint import state as state_file
+from trainer.checkpoint.layout import (
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    RNG_JSON_FILE,
+    RNG_TENSOR_FILE,
+    STATE_FILE,
+    CheckpointError,
+    checkpoint_dirs,
+)
+from trainer.checkpoint.state import TrainingState
+from trainer.checkpoint.verify import inspect_checkpoint, verify_checkpoint
+from trainer.model import hf
+from trainer.model.config import LlamaConfig
+from trainer.model.llama import Llama
+
+
+def _checkpoint_problems(path: Path, architecture: LlamaConfig | None) -> list[str]:
+    return inspect_checkpoint(path, architecture=architecture).problems
+
+
+def latest_valid(
+    run_dir: Path, *, architecture: LlamaConfig | None = None
+) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest checkpoint of ``run_dir`` that verifies, and the newer ones skipped (why)."""
+    skipped: list[tuple[Path, str]] = []
+    for path in checkpoint_dirs(Path(run_dir)):
+        problems = _checkpoint_problems(path, architecture)
+        if not problems:
+            return path, skipped
+        skipped.append((path, "; ".join(problems)))
+    return None, skipped
+
+
+def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path), device="cpu")
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: not readable JSON ({exc})") from None
+
+
+def read_state(path: Path) -> TrainingState:
+    """state.json of a verified checkpoint."""
+    verify_checkpoint(path)
+    return state_file.state_from_json(_read_json(path / STATE_FILE), source=str(path / STATE_FILE))
+
+
+def load_checkpoint(
+    path: Path,
+    model: Llama,
+    optimizer: torch.optim.Optimizer | None,
+    *,
+    restore_random: bool = True,
+) -> TrainingState:
+    """Verify ``path``, then restore weights, AdamW state and RNGs; returns state.json."""
+    path = Path(path)
+    verify_checkpoint(path, architecture=model.config)
+    state = state_file.state_from_json(_read_json(path / STATE_FILE), source=str(path / STATE_FILE))
+    hf.load_weights(model, path / MODEL_FILE)
+    if optimizer is not None:
+        optimizer_state.restore_optimizer(
+            model,
+            optimizer,
+            _read_tensors(path / OPTIMIZER_FILE),
+            state.optimizer_groups,
+            source=str(path / OPTIMIZER_FILE),
+        )
+    if restore_random:
+        rng.restore_rng(
+            _read_tensors(path / RNG_TENSOR_FILE),
+            _read_json(path / RNG_JSON_FILE),
+            source=str(path / RNG_JSON_FILE),
+        )
+    return state

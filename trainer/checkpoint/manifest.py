@@ -1,0 +1,79 @@
+"""manifest.json: what a checkpoint claims to hold, written after everything it describes.
+
+{"format": "shipgate-checkpoint", "format_version": 1, "step": 15,
+ "files": {"model.safetensors": {"sha256": "...", "size": 1234}, ...},
+ "tensor_count": 21, "parameter_count": 158016, "dtype": "float32",
+ "architecture": {...LlamaConfig fields...}}
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from trainer.checkpoint.durable import sha256_file
+from trainer.checkpoint.layout import FORMAT, FORMAT_VERSION, MANIFEST_FILE, CheckpointError
+
+
+def file_entry(path: Path) -> dict[str, Any]:
+    return {"sha256": sha256_file(path), "size": path.stat().st_size}
+
+
+def build_manifest(
+    directory: Path,
+    files: list[str],
+    *,
+    step: int,
+    architecture: dict[str, Any],
+    tensor_count: int,
+    parameter_count: int,
+    dtype: str,
+) -> dict[str, Any]:
+    """The manifest of ``files`` as they are on disk now (hashed from the bytes written)."""
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "step": step,
+        "files": {name: file_entry(directory / name) for name in files},
+        "tensor_count": tensor_count,
+        "parameter_count": parameter_count,
+        "dtype": dtype,
+        "architecture": architecture,
+    }
+
+
+_KEYS = (
+    "format",
+    "format_version",
+    "step",
+    "files",
+    "tensor_count",
+    "parameter_count",
+    "dtype",
+    "architecture",
+)
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    """The parsed manifest of ``directory``; CheckpointError naming the file otherwise."""
+    path = directory / MANIFEST_FILE
+    if not path.is_file():
+        raise CheckpointError(
+            f"{path}: missing; a directory without a manifest is not a checkpoint"
+        )
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise CheckpointError(f"{path}: not a JSON object")
+    missing = [k for k in _KEYS if k not in manifest]
+    if missing:
+        raise CheckpointError(f"{path}: missing {', '.join(missing)}")
+    if manifest["format"] != FORMAT or manifest["format_version"] != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path}: format {manifest['format']!r} version {manifest['format_version']!r}; "
+            f"this trainer reads {FORMAT!r} version {FORMAT_VERSION}"
+        )
+    return manifest

@@ -1,0 +1,136 @@
+"""Write a checkpoint atomically: staging directory, data files, manifest LAST, rename.
+
+    path = save_checkpoint(run_dir, step=15, model=model, optimizer=opt, state=state)
+
+Order (INV-TRAIN-LOOP-013): into ``step-NNNNNNNN.tmp/`` write model, optimizer, RNG and
+state, fsync each; hash them into manifest.json, fsync it; fsync the directory; rename it
+to ``step-NNNNNNNN``; fsync the parent; then point ``latest`` at it by atomic rename. A
+crash at any point leaves either no ``step-NNNNNNNN`` or a complete one; the loader never
+considers staging directories. A failed save removes its staging directory and raises
+CheckpointError; existing checkpoints are untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from trainer.checkpoint import optimizer_state, rng
+from trainer.checkpoint.durable import fsync_dir, fsync_file, replace_file_atomically, write_json
+from trainer.checkpoint.layout import (
+    LATEST_POINTER,
+    MANIFEST_FILE,
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    RNG_JSON_FILE,
+    RNG_TENSOR_FILE,
+    STAGING_SUFFIX,
+    STATE_FILE,
+    CheckpointError,
+    step_dir_name,
+)
+from trainer.checkpoint.manifest import build_manifest
+from trainer.checkpoint.state import TrainingState
+from trainer.model import hf
+from trainer.model.llama import Llama
+
+Writer = Callable[[Path], None]
+
+
+def _boundary(event: str, directory: Path) -> None:
+    """Called after each durable write (fault-injection point for the crash tests)."""
+
+
+def _staging_dir(final: Path) -> Path:
+    return final.with_name(final.name + STAGING_SUFFIX)
+
+
+def _write_model(model: Llama, path: Path) -> None:
+    hf.save_weights(model, path)  # refuses empty / misshapen / aliased state
+
+
+def _write_optimizer(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    _write_safetensors(tensors, path)
+
+
+def _write_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    fsync_file(path)
+
+
+def _write_files(
+    staging: Path, writers: list[tuple[str, Writer]], manifest_of: Callable[[], dict]
+) -> None:
+    """Data files first, each durable; the manifest of their bytes last."""
+    for name, write in writers:
+        write(staging / name)
+        _boundary(f"wrote {name}", staging)
+    write_json(staging / MANIFEST_FILE, manifest_of())
+    _boundary(f"wrote {MANIFEST_FILE}", staging)
+
+
+def _publish(staging: Path, final: Path) -> None:
+    fsync_dir(staging)
+    _boundary("before rename", staging)
+    staging.rename(final)
+    fsync_dir(final.parent)
+    _boundary("after rename", final)
+
+
+def save_checkpoint(
+    run_dir: Path,
+    *,
+    step: int,
+    model: Llama,
+    optimizer: torch.optim.Optimizer,
+    state: TrainingState,
+) -> Path:
+    """Write checkpoint ``step`` of ``run_dir`` and point ``latest`` at it; returns its path."""
+    run_dir = Path(run_dir)
+    if state.step != step:
+        raise CheckpointError(f"state.json says step {state.step}, saving step {step}")
+    final = run_dir / step_dir_name(step)
+    if final.exists():
+        raise CheckpointError(f"{final}: already exists; a checkpoint is never overwritten")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    staging = _staging_dir(final)
+    if staging != final and staging.exists():
+        shutil.rmtree(staging)  # left by a crashed save; never loadable
+    staging.mkdir()
+    try:
+        opt_tensors, groups = optimizer_state.optimizer_tensors(model, optimizer)
+        rng_tensors, rng_states = rng.capture_rng()
+        full_state = dataclasses.replace(state, optimizer_groups=groups)
+        weights = model.state_dict()
+        writers: list[tuple[str, Writer]] = [
+            (MODEL_FILE, lambda p: _write_model(model, p)),
+            (OPTIMIZER_FILE, lambda p: _write_optimizer(opt_tensors, p)),
+            (RNG_TENSOR_FILE, lambda p: _write_safetensors(rng_tensors, p)),
+            (RNG_JSON_FILE, lambda p: write_json(p, rng_states)),
+            (STATE_FILE, lambda p: write_json(p, full_state.to_json())),
+        ]
+        _write_files(
+            staging,
+            writers,
+            lambda: build_manifest(
+                staging,
+                [name for name, _ in writers],
+                step=step,
+                architecture=dataclasses.asdict(model.config),
+                tensor_count=len(weights),
+                parameter_count=sum(t.numel() for t in weights.values()),
+                dtype=str(next(iter(weights.values())).dtype).removeprefix("torch."),
+            ),
+        )
+        _publish(staging, final)
+    except Exception as exc:
+        if staging != final:
+            shutil.rmtree(staging, ignore_errors=True)
+        raise CheckpointError(f"{final}: saving step {step} failed: {exc}") from exc
+    replace_file_atomically(run_dir / LATEST_POINTER, final.name + "\n")
+    return final

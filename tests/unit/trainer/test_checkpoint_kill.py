@@ -3,8 +3,10 @@ process killed at arbitrary moments - mid-step or mid-save - three times, resume
 its newest valid checkpoint each time, ends with the weights and AdamW state of the run
 that was never killed; no partial checkpoint is ever chosen.
 
-The kill moments come from a seeded generator (deterministic test, arbitrary points:
-the child saves every step, so most kills land near or inside a save).
+Each kill waits until the child has written a checkpoint past the one it resumed from
+(so slow imports on a loaded machine cannot push a kill before training starts), then
+sleeps a delay drawn from a seeded generator: the child saves every step, so most kills
+land near or inside a save.
 """
 
 from __future__ import annotations
@@ -44,6 +46,15 @@ def _child(spec: dict, out: Path) -> subprocess.Popen:
         )
 
 
+def _wait_for_progress(proc: subprocess.Popen, ckpt: Path, past: int) -> None:
+    """Block until a checkpoint newer than step `past` exists or the child has exited."""
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        if any(step_of(path) > past for path in checkpoint_dirs(ckpt)):
+            return
+        time.sleep(0.05)
+
+
 def _stderr(out: Path) -> str:
     return (out.parent / f"{out.name}.stderr").read_text(errors="replace")[-2000:]
 
@@ -61,7 +72,8 @@ def test_sigkill_at_random_moments_then_resume_gives_the_uninterrupted_weights(t
     for attempt in range(12):
         chosen, _ = latest_valid(ckpt)
         proc = _child(spec | {"resume": "latest" if chosen else None}, tmp_path / f"run{attempt}")
-        time.sleep(delays.uniform(3.5, 6.0))  # past the imports, somewhere in training
+        _wait_for_progress(proc, ckpt, step_of(chosen) if chosen else 0)
+        time.sleep(delays.uniform(0.0, 1.5))  # somewhere in training, often inside a save
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             proc.wait()

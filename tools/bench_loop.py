@@ -288,6 +288,7 @@ def settings_for(config: Path, *, warmup: int, steps: int) -> LoopSettings:
         device="cpu",
         compile=False,
         data_manifest=None,  # random rows stand in for the config's data set
+        tokenizer_dir=None,  # nor is the config's tokenizer read
         out_dir=None,  # run_loop gives each run its own temporary directory
     )
 

@@ -133,6 +133,7 @@ class TrainingConfig:
     early_stopping: bool = False
     eval_tokens: int = 131_072  # validation target tokens per evaluation (capped at the split)
     compile: bool = False  # torch.compile the model
+    keep_checkpoints: int = 2  # the newest K plus the best by validation loss
 
 
 @dataclass(frozen=True)
@@ -584,6 +585,7 @@ def _build(src: YamlSource, model_cfg: LlamaConfig) -> RunConfig:
             early_stopping=training["early_stopping"],
             eval_tokens=training["eval_tokens"],
             compile=training["compile"],
+            keep_checkpoints=training["keep_checkpoints"],
         ),
         monitoring=MonitoringConfig(log_interval=monitoring["log_interval"]),
         positions=_positions(src.tree),

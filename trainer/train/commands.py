@@ -4,9 +4,11 @@
     trainer apply configs/quickstart-cpu.yaml --max-steps 50 --out /tmp/run
 
 Checks come first and write nothing: the config (schema, architecture, C-TRAINCFG-001
-with the real sequence count), then the data. Then the run writes, in the output
-directory, run_manifest.json (before step 1), metrics.jsonl (one line per step) and
-training_state.json (replaced atomically every step).
+with the real sequence count), then the data, then the vocabulary preflight (model,
+tokenizer, shards and a resumed checkpoint agree; trainer/train/preflight.py, run by the
+loop itself before it builds the model, on a resume too). Then the run writes, in the
+output directory, run_manifest.json (before step 1), metrics.jsonl (one line per step)
+and training_state.json (replaced atomically every step).
 
 ``--resume [latest|PATH]`` continues a run from its newest valid checkpoint (or PATH):
 weights, AdamW state, scheduler step, data position and RNG states are restored; a
@@ -17,9 +19,9 @@ rate follows the configured max_steps; the manifest records the override).
 
 Exit status: 0 the run finished (max_steps, early stopping, or SIGTERM/SIGINT after the
 step in progress and a checkpoint); 1 the config or the data is unusable, the output
-directory already holds a run, or the resume is refused (nothing written); 3 the run
-aborted (non-finite loss or gradient norm, divergence, exhausted data), with the step and
-the value on stderr.
+directory already holds a run, the vocabularies disagree, or the resume is refused
+(nothing written); 3 the run aborted (non-finite loss or gradient norm, divergence,
+exhausted data), with the step and the value on stderr.
 """
 
 from __future__ import annotations
@@ -45,9 +47,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
     from trainer.data.loader import DataExhaustedError  # noqa: PLC0415
     from trainer.data.manifest import ShardError  # noqa: PLC0415
     from trainer.model.params import param_count  # noqa: PLC0415
-    from trainer.train import guards, loop  # noqa: PLC0415
+    from trainer.train import guards, loop, preflight  # noqa: PLC0415
     from trainer.train.manifest import RUN_MANIFEST  # noqa: PLC0415
-    from trainer.train.metrics import METRICS_FILE  # noqa: PLC0415
+    from trainer.train.metrics import METRICS_FILE, MetricsFileError  # noqa: PLC0415
     from trainer.train.sequences import ShardSequences  # noqa: PLC0415
 
     if args.max_steps is not None and args.max_steps < 1:
@@ -64,12 +66,6 @@ def cmd_apply(args: argparse.Namespace) -> int:
         val_data = ShardSequences(cfg.data.shards, "val", cfg.data.seq_len)
     except (ShardError, OSError, ValueError) as exc:
         return _fail(f"data {cfg.data.shards}: {exc}")
-    shards_vocab = train_data.manifest.vocab_size
-    if shards_vocab != cfg.model.vocab_size:
-        return _fail(
-            f"{args.config}: the model's vocab_size {cfg.model.vocab_size} != {shards_vocab}, "
-            f"the vocabulary {cfg.data.shards} was encoded with; nothing written"
-        )
     report = evaluate(
         cfg.algebra_inputs(sequences=train_data.num_sequences, params=param_count(cfg.model))
     )
@@ -113,8 +109,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
         }
 
     try:
+        # loop.train runs the vocabulary preflight (model, tokenizer, shards, resumed
+        # checkpoint) before it builds anything: one check for the CLI and the library.
         result = loop.train(settings, train_data, val_data)
-    except CheckpointError as exc:  # resume refused before any step: nothing trained
+    except preflight.PreflightError as exc:
+        return _fail(f"{args.config}: {exc}")
+    except (CheckpointError, MetricsFileError) as exc:  # refused before any step
         return _fail(f"cannot resume: {exc}")
     except (guards.NonFiniteError, guards.DivergenceError, DataExhaustedError) as exc:
         print(f"trainer apply: run aborted: {exc}", file=sys.stderr)

@@ -6,6 +6,9 @@
 
 One run, top to bottom (C-TRAINING-LOOP):
 
+0. The vocabulary preflight (preflight.py): model, tokenizer, shards and a resumed
+   checkpoint must agree on the vocabulary, or the run is refused with nothing built,
+   trained or written (INV-ARCH-370M-006) - on a resume too.
 1. Seed torch, random and numpy from the run seed; on CPU, deterministic algorithms.
 2. Build the model (trainer/model/llama.py) and AdamW with decay/no-decay groups (optim.py).
 3. Build the validation set once (the first sequences of the val split until
@@ -28,7 +31,8 @@ One run, top to bottom (C-TRAINING-LOOP):
      SIGTERM/SIGINT arrives: a checkpoint (train/checkpointing.py; a failed save is loud
      and training goes on). With ``resume_from``, weights, AdamW state, RNG states, the
      scheduler step, the data position and the guards come from the checkpoint and the
-     run continues at the step after it.
+     run continues at the step after it; metrics.jsonl first loses the lines of the steps
+     after the checkpoint (metrics.rewind), so each step is in it once.
 
 CPU runs in float32; CUDA runs the forward under bf16 autocast when the config asks.
 Named seams (_run_seed, _planned_steps, _train_step, _zero_grad, _validation_batches)
@@ -55,7 +59,7 @@ from trainer.checkpoint.state import TrainingState
 from trainer.data.loader import DataExhaustedError
 from trainer.model.config import LlamaConfig
 from trainer.model.llama import build_model
-from trainer.train import checkpointing, guards, loss, metrics, optim
+from trainer.train import checkpointing, guards, loss, metrics, optim, preflight
 from trainer.train.manifest import write_run_manifest
 from trainer.train.schedule import lr_at
 from trainer.train.sequences import SequenceSource, epoch_order
@@ -150,6 +154,7 @@ def settings_from_config(run_config: Any, **overrides: Any) -> LoopSettings:
         out_dir=Path(training.output_dir),
         checkpoint_dir=Path(training.output_dir) / "checkpoints",
         save_interval=training.save_interval,
+        keep_checkpoints=training.keep_checkpoints,
         tokenizer_dir=Path(c.data.tokenizer),
         compile=training.compile,
         log_interval=c.monitoring.log_interval,
@@ -328,9 +333,12 @@ def train(
     ``step_batches(step, epoch, indices, micro_batches)`` before a step's forward,
     ``before_optimizer_step(step, optimizer, model)`` after the finite check,
     ``after_step(step, record)``, ``evaluation(step, batches, val_loss)``.
-    Raises DataExhaustedError, guards.NonFiniteError or guards.DivergenceError; a run
-    never ends early without saying why (TrainResult.stop_reason).
+    Raises preflight.PreflightError before anything is built or written when the model,
+    tokenizer, shards or resumed checkpoint disagree on the vocabulary (fresh start and
+    resume alike); DataExhaustedError, guards.NonFiniteError or guards.DivergenceError
+    during the run; a run never ends early without saying why (TrainResult.stop_reason).
     """
+    preflight.check_run(settings, train_data, val_data)  # milliseconds; before the model
     device = _resolve_device(settings.device)
     checkpoints = settings.checkpoint_dir is not None
     signals = checkpointing.StopSignals() if checkpoints else contextlib.nullcontext()
@@ -513,6 +521,10 @@ def _start(
         resumed = _resume(
             settings, model, optimizer, identity=identity, divergence=divergence, early=early
         )
+    if resumed is not None and settings.out_dir is not None:
+        # The steps after the checkpoint are taken again: their earlier lines (and a line
+        # torn by a kill) leave metrics.jsonl first, so every step appears once.
+        metrics.rewind(Path(settings.out_dir), resumed.step, max_steps=settings.max_steps)
     if settings.out_dir is not None:
         write_run_manifest(settings, Path(settings.out_dir), seed=seed, device=device)
     run = _Run(

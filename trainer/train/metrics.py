@@ -10,6 +10,11 @@
 - ``training_state.json``: the latest record plus the run's progress, replaced atomically
   (temp file, fsync, os.replace) so a reader never sees half a file.
 - A progress line on stderr, only when stderr is a terminal (logs stay clean).
+- On resume from the checkpoint of step k, ``rewind(out_dir, k, max_steps=...)`` first
+  drops every metrics line past step k (those steps are taken again) and a torn last line
+  (a SIGKILL mid-write), rewriting the file atomically, and points training_state.json at
+  step k; so after any crash and resume every step appears once. A bad line anywhere but
+  the last is an error naming the file and the line, never skipped.
 
 MFU = achieved model FLOP/s / the device's peak bf16 FLOP/s, with the model FLOPs of one
 token of training (forward + backward = 3 x forward) counted as in PaLM (Chowdhery et
@@ -72,20 +77,78 @@ def peak_flops(device: torch.device) -> float | None:
     return None
 
 
-def atomic_write_json(path: Path, data: dict) -> None:
-    """Write ``data`` to ``path`` so readers see the old file or the new one, never a part."""
+class MetricsFileError(ValueError):
+    """metrics.jsonl cannot be trusted (a bad line before the last); names file and line."""
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so readers see the old file or the new one, never a part:
+    a temp file in the same directory, fsync, os.replace."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, allow_nan=False)
-            fh.write("\n")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_json(path: Path, data: dict) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (readers never see half a file)."""
+    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+    _atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _record(line: bytes, number: int, path: Path, last: bool) -> dict | None:
+    """One metrics line as a record with an integer step; None for a torn last line."""
+    try:
+        record = json.loads(line)
+    except ValueError as exc:  # JSONDecodeError, or bytes cut inside a UTF-8 sequence
+        if last:
+            return None  # the write a SIGKILL interrupted: that step is taken again
+        raise MetricsFileError(
+            f"{path}: line {number} is not JSON ({exc}); only a torn last line is dropped "
+            "on resume, a bad line before it means the file was changed or damaged"
+        ) from None
+    step = record.get("step") if isinstance(record, dict) else None
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise MetricsFileError(f"{path}: line {number} has no integer step: {line[:80]!r}")
+    return record
+
+
+def rewind(out_dir: Path, step: int, *, max_steps: int) -> list[int]:
+    """Make ``out_dir``'s metrics those of a run that stopped after ``step``: drop the lines
+    of later steps and a torn last line (metrics.jsonl rewritten atomically, only when
+    something changes), and point training_state.json at ``step``'s record. Returns the
+    steps dropped. Raises MetricsFileError on a bad line before the last."""
+    path = Path(out_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()  # the newline that ends the last complete line
+    kept, dropped, last_record = [], [], None
+    for number, line in enumerate(lines, 1):
+        record = _record(line, number, path, last=number == len(lines))
+        if record is None:
+            continue
+        if record["step"] > step:
+            dropped.append(record["step"])
+        else:
+            kept.append(line)
+            last_record = record
+    text = b"".join(line + b"\n" for line in kept)
+    if text != raw:
+        _atomic_write_bytes(path, text)
+    state = Path(out_dir) / STATE_FILE
+    if state.is_file():
+        atomic_write_json(state, {"max_steps": max_steps, "last": last_record})
+    return dropped
 
 
 def _json_number(value: float) -> float | str:

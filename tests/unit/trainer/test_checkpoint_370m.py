@@ -72,6 +72,7 @@ def test_arch_370m_010_a_loop_checkpoint_after_two_steps_passes_every_check(tmp_
         )
 
 
+@pytest.mark.ship_blocking
 @pytest.mark.slow
 def test_arch_370m_013_the_export_holds_219_tensors_and_every_byte_of_the_model(tmp_path):
     model = llama.build_model(preset("370m"), seed=0)

@@ -37,6 +37,7 @@ BOUNDARIES = [
 ]
 
 
+@pytest.mark.ship_blocking
 def test_a_kill_at_any_boundary_of_a_save_and_damaged_checkpoints_are_never_loaded(
     tmp_path, monkeypatch
 ):

@@ -35,6 +35,7 @@ def _exported_or_fail(fn, *args, **kwargs):
         pytest.fail(f"exporting a correct model was refused: {exc}")
 
 
+@pytest.mark.ship_blocking
 def test_the_export_of_a_trained_model_holds_every_tensor_with_its_trained_value(
     tmp_path, monkeypatch
 ):

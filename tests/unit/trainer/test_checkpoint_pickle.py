@@ -41,6 +41,7 @@ def _forbid(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch, "load", refuse("torch.load"))
 
 
+@pytest.mark.ship_blocking
 def test_save_resume_and_export_run_without_pickle_and_write_only_safetensors_and_json(
     tmp_path, monkeypatch
 ):

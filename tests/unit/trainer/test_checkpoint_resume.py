@@ -75,6 +75,7 @@ def _resume_in_child(spec: dict, out: Path) -> dict:
     return json.loads((out / "result.json").read_text(encoding="utf-8"))
 
 
+@pytest.mark.ship_blocking
 @pytest.mark.slow
 @settings(max_examples=4, derandomize=True, deadline=None, database=None)
 @given(k=st.integers(1, N - 1), save_interval=st.integers(1, 5))

@@ -86,10 +86,21 @@ def test_omitted_keys_take_the_schema_defaults_and_cite_their_section(tmp_path):
     assert cfg.training.gradient_accumulation == 1
     assert cfg.training.lr_scheduler == "cosine" and cfg.training.mixed_precision == "fp32"
     assert cfg.training.force_token_budget is False
+    assert cfg.training.keep_checkpoints == 2
     assert cfg.monitoring.log_interval == 10
     assert cfg.line_of("training.seed") is None
     assert cfg.position_of("training.seed") == (10, 1), "a default is added under training:"
     assert cfg.position_of("monitoring.log_interval") == (1, 1)
+
+
+def test_keep_checkpoints_below_two_is_refused_at_its_line(tmp_path):
+    # One checkpoint kept leaves no fallback when the newest is damaged.
+    text = MINIMAL.replace("  output_dir: out/", "  output_dir: out/\n  keep_checkpoints: 1")
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, text))
+    assert "keep_checkpoints" in str(err.value) and ":15:21:" in str(err.value), str(err.value)
+    kept = load_config(write(tmp_path, text.replace("keep_checkpoints: 1", "keep_checkpoints: 5")))
+    assert kept.training.keep_checkpoints == 5
 
 
 def test_grad_clip_null_turns_clipping_off(tmp_path):

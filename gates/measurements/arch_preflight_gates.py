@@ -1,0 +1,147 @@
+"""Measurement of GATE-ARCH-370M-011 (contracts/llama-370m-sovereign-v1.yaml): a training
+run whose tokenizer disagrees with the model's vocabulary is refused before its first step,
+fresh or resumed.
+
+Written from FALSIFY-ARCH-370M-011's rule, independently of the bound test: byte-level
+BPE tokenizers of exactly 50256 and 50258 entries (and 512/513 for the resume case), a
+small corpus encoded with each by `trainer data encode`, and `trainer apply` in a fresh
+process against the 370M preset. A run counts as started when it exits 0 or leaves
+anything new or changed under its run directory; a refusal must also name both sizes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from gates.evidence import sha256_of
+from gates.measure import GateContext, Measurement, measures
+
+# The CLI, with $SHIPGATE_MUTANT applied when set (never in a promotion): how a seeded
+# defect is shown to move this measurement.
+_TRAINER = (
+    "import sys; from pathlib import Path; from gates import mutants; "
+    "mutants.apply_from_env(Path.cwd()); from trainer.cli import main; "
+    "sys.exit(main(sys.argv[1:]))"
+)
+MODEL_VOCAB = 50257  # the 370M preset (INV-ARCH-370M-006)
+
+
+def _trainer(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", _TRAINER, *args],
+        cwd=root, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+
+
+def _tokenizer(directory: Path, entries: int) -> Path:
+    """A byte-level BPE of exactly ``entries`` tokens: <|endoftext|>, the 256 bytes, then
+    merges of byte pairs."""
+    from trainer.tokenizer.model import ByteLevelBPE  # noqa: PLC0415
+    from trainer.tokenizer.pretokenize import BYTE_TO_CHAR  # noqa: PLC0415
+
+    eot = "<|endoftext|>"
+    alphabet = [BYTE_TO_CHAR[b] for b in range(256)]
+    merges = tuple(itertools.islice(itertools.product(alphabet, repeat=2), entries - 257))
+    ByteLevelBPE((eot, *alphabet, *(a + b for a, b in merges)), merges, (eot,)).save(directory)
+    return directory
+
+
+def _data(repo: Path, root: Path, corpus: list[Path], entries: int) -> tuple[Path, Path]:
+    tokenizer = _tokenizer(root / "tokenizer", entries)
+    done = _trainer(
+        repo, "data", "encode", "--tokenizer", str(tokenizer), "--out", str(root / "shards"),
+        "--val-fraction", "0.25", "--workers", "1", "--force", "--input", *map(str, corpus),
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"encoding with a {entries}-entry tokenizer failed: {done.stderr}")
+    return root / "shards", tokenizer
+
+
+def _config(
+    path: Path, shards: Path, tokenizer: Path, out: Path, model: list[str], **train
+) -> Path:
+    training = {"epochs": 50, "max_steps": 1, "warmup_steps": 0, "eval_interval": 1,
+                "save_interval": 1, "force_token_budget": "true"}  # fmt: skip
+    training |= {"output_dir": str(out), **train}
+    lines = ["name: vocab-preflight", "model:", *model, "data:", f"  shards: {shards}",
+             f"  tokenizer: {tokenizer}", "  micro_batch: 1", "  seq_len: 16", "optimizer:",
+             "  name: adamw", "  lr: 3.0e-4", "training:",
+             *(f"  {k}: {v}" for k, v in training.items())]  # fmt: skip
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _snapshot(directory: Path) -> str | None:
+    return sha256_of(directory)[0] if directory.exists() else None
+
+
+def _case(done: subprocess.CompletedProcess, before: str | None, out: Path, sizes: tuple) -> dict:
+    changed = _snapshot(out) != before
+    named = all(str(s) in done.stderr for s in sizes)
+    return {
+        "exit": done.returncode,
+        "run_directory_changed": changed,
+        "both_sizes_named": named,
+        "started": done.returncode == 0 or changed,
+        "message": done.stderr.strip().splitlines()[-1:] if done.stderr.strip() else [],
+    }
+
+
+@measures("GATE-ARCH-370M-011")
+def mismatched_runs_started(ctx: GateContext) -> Measurement:
+    cases: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="gate-arch-011-") as tmp:
+        root = Path(tmp)
+        corpus = []
+        for i in range(8):
+            path = root / "corpus" / f"doc{i}.txt"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"document {i}: the quick brown fox jumps over the lazy dog. " * 20)
+            corpus.append(path)
+        # A fresh 370M run with a tokenizer one entry short or one entry over.
+        for entries in (MODEL_VOCAB - 1, MODEL_VOCAB + 1):
+            shards, tokenizer = _data(ctx.root, root / f"v{entries}", corpus, entries)
+            out = root / f"run-{entries}"
+            cfg = _config(root / f"370m-{entries}.yaml", shards, tokenizer, out,
+                          ["  preset: 370m"])  # fmt: skip
+            done = _trainer(ctx.root, "apply", str(cfg), "--device", "cpu")
+            cases[f"370m with {entries} tokens"] = _case(done, None, out, (MODEL_VOCAB, entries))
+        # A resume after the tokenizer and shards were replaced by ones of another size.
+        tiny = ["  preset: tiny", "  architecture:", "    vocab_size: 512"]
+        shards, tokenizer = _data(ctx.root, root / "resume", corpus, 512)
+        out = root / "run-resume"
+        cfg = _config(root / "tiny.yaml", shards, tokenizer, out, tiny, max_steps=4,
+                      warmup_steps=0, save_interval=2, eval_interval=100)  # fmt: skip
+        first = _trainer(ctx.root, "apply", str(cfg), "--device", "cpu")
+        if first.returncode != 0:
+            raise RuntimeError(f"the run to resume did not train: {first.stderr[-2000:]}")
+        cfg = _config(root / "tiny.yaml", shards, tokenizer, out, tiny, max_steps=8,
+                      warmup_steps=0, save_interval=2, eval_interval=100)  # fmt: skip
+        _data(ctx.root, root / "resume", corpus, 513)  # same paths, another vocabulary
+        for resume in ("latest", str(out / "checkpoints" / "step-00000002")):
+            before = _snapshot(out)
+            done = _trainer(ctx.root, "apply", str(cfg), "--device", "cpu", "--resume", resume,
+                            "--resume-other-run")  # fmt: skip
+            label = f"resume {'latest' if resume == 'latest' else 'step 2'} with 513 tokens"
+            cases[label] = _case(done, before, out, (512, 513))
+    started = sum(c["started"] for c in cases.values())
+    unnamed = sum(not c["both_sizes_named"] for c in cases.values())
+    return Measurement(
+        values={
+            "mismatched_runs_started": (started, "runs"),
+            "refusals_not_naming_both_sizes": (unnamed, "runs"),
+        },
+        workload=(
+            "`trainer apply` in fresh processes: the 370M preset (vocab 50257) with byte-level "
+            "BPE tokenizers of 50256 and 50258 entries and shards encoded with each; then a "
+            "tiny model trained 4 steps with a 512-entry tokenizer whose tokenizer and shards "
+            "are replaced by 513-entry ones, resumed from latest and from step 2 (with "
+            "--resume-other-run, so only the vocabulary check can refuse). Started = exit 0 "
+            "or anything new or changed under the run directory."
+        ),
+        parameters={"cases": cases},
+    )

@@ -688,3 +688,62 @@ def export_holds_every_byte(ctx: GateContext) -> Measurement:
         },
         notes=" | ".join(notes),
     )
+
+
+# --- GATE-ARCH-370M-004 --------------------------------------------------------------
+
+LOGIT_PROMPTS, LOGIT_PROMPT_LEN = 8, 64  # FALSIFY-ARCH-370M-012
+
+
+@measures("GATE-ARCH-370M-004", artifact="checkpoint directory", check=is_checkpoint_dir)
+def export_logits_vs_transformers(ctx: GateContext) -> Measurement:
+    """`trainer export` of the checkpoint, loaded by transformers.LlamaForCausalLM from
+    its own config.json, against our model loaded from the checkpoint: max |logit diff|
+    over 8 seeded prompts of 64 ids, float32 on CPU, deterministic, eager attention."""
+    import torch  # noqa: PLC0415 - torch and transformers on demand only
+    import transformers  # noqa: PLC0415
+
+    from trainer.model import hf  # noqa: PLC0415
+    from trainer.model.config import LlamaConfig  # noqa: PLC0415
+    from trainer.model.llama import build_model  # noqa: PLC0415
+
+    (ckpt,) = ctx.artifacts
+    transformers.utils.logging.set_verbosity_error()
+    manifest = json.loads((ckpt / MANIFEST).read_text(encoding="utf-8"))
+    cfg = LlamaConfig(**manifest["architecture"])
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        with tempfile.TemporaryDirectory(prefix="gate-arch-004-") as tmp:
+            out = Path(tmp) / "export"
+            done = run_trainer(ctx.root, "export", str(ckpt), "--out", str(out))
+            if done.returncode != 0:
+                raise RuntimeError(f"trainer export failed: {done.stderr[-2000:]}")
+            theirs = transformers.LlamaForCausalLM.from_pretrained(
+                out, attn_implementation="eager", dtype=torch.float32
+            ).eval()
+            ours = build_model(cfg, device="meta")
+            hf.load_weights(ours, ckpt / MODEL)
+            ours.eval()
+            prompts = torch.randint(
+                0, cfg.vocab_size, (LOGIT_PROMPTS, LOGIT_PROMPT_LEN),
+                generator=torch.Generator().manual_seed(0),
+            )  # fmt: skip
+            per_prompt = []
+            with torch.no_grad():
+                for prompt in prompts:
+                    ids = prompt.unsqueeze(0)
+                    per_prompt.append((ours(ids) - theirs(ids).logits).abs().max().item())
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+    return Measurement(
+        values={"max_abs_logit_diff": (max(per_prompt), "logit (float32, absolute)")},
+        workload=(
+            f"{ckpt}: `trainer export` loaded by transformers "
+            f"{transformers.__version__} LlamaForCausalLM.from_pretrained (eager attention, "
+            "float32) against our Llama loaded from the checkpoint's model.safetensors; "
+            f"{LOGIT_PROMPTS} prompts of {LOGIT_PROMPT_LEN} ids drawn with seed 0 from the "
+            "vocabulary; CPU, deterministic algorithms"
+        ),
+        parameters={"per_prompt_max_abs_diff": per_prompt},
+    )

@@ -4,6 +4,7 @@ end in a traceback (each case runs the real command in a subprocess)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -175,10 +176,25 @@ def test_shipped_contracts_validate_clean():
     assert "(0 warnings)" in proc.stdout
 
 
-def test_shipped_contracts_are_not_ship_ready_while_gates_are_open():
-    proc = pv("status", "--require-ship-ready")
+def test_status_refuses_ship_ready_while_a_ship_blocking_gate_is_open(tmp_path: Path):
+    project = tmp_path / "pv_project"
+    shutil.copytree(FIXTURES.parent, project)
+    contract = project / "contracts" / "valid" / "demo-v1.yaml"
+    text = contract.read_text()
+    # GATE-DEMO-002 is PENDING and not ship-blocking; make it block the ship.
+    head, sep, tail = text.partition("  - id: GATE-DEMO-002")
+    contract.write_text(head + sep + tail.replace("ship_blocking: false", "ship_blocking: true", 1))
+    proc = pv("status", "--require-ship-ready", contract, cwd=project)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "outstanding: GATE-" in proc.stdout
+    assert "outstanding: GATE-DEMO-002" in proc.stdout
+
+
+def test_shipped_contracts_are_ship_ready():
+    # Every ship-blocking gate in contracts/ has been promoted by `gates promote`; this
+    # fails the moment one is demoted or a new ship-blocking gate lands unmeasured.
+    proc = pv("status", "--require-ship-ready")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "outstanding: GATE-" not in proc.stdout
 
 
 def test_deep_block_nesting_is_refused(tmp_path: Path):

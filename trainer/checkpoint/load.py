@@ -77,8 +77,12 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer | None,
     *,
     restore_random: bool = True,
+    rank: int = 0,
 ) -> TrainingState:
-    """Verify ``path``, then restore weights, AdamW state and RNGs; returns state.json."""
+    """Verify ``path``, then restore weights, AdamW state and RNGs; returns state.json.
+
+    ``rank``: whose generator states to restore (a data-parallel checkpoint holds each
+    rank's; trainer/checkpoint/rng.py)."""
     path = Path(path)
     verify_checkpoint(path, architecture=model.config)
     state = state_file.state_from_json(_read_json(path / STATE_FILE), source=str(path / STATE_FILE))
@@ -92,9 +96,12 @@ def load_checkpoint(
             source=str(path / OPTIMIZER_FILE),
         )
     if restore_random:
-        rng.restore_rng(
+        source = str(path / RNG_JSON_FILE)
+        tensors, states = rng.rank_rng(
             _read_tensors(path / RNG_TENSOR_FILE),
             _read_json(path / RNG_JSON_FILE),
-            source=str(path / RNG_JSON_FILE),
+            rank=rank,
+            source=source,
         )
+        rng.restore_rng(tensors, states, source=source)
     return state

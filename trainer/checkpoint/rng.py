@@ -2,6 +2,12 @@
 
     tensors, states = capture_rng()      # {"torch.cpu": uint8[...], "torch.cuda.0": ...}, JSON
     restore_rng(tensors, states)
+    tensors, states = merge_ranks([(tensors_0, states_0), (tensors_1, states_1)])  # DDP
+    restore_rng(*rank_rng(tensors, states, rank=1))
+
+Under data parallelism every rank has its own generators. Rank 0's stay under the
+single-process names (a one-rank reader sees an ordinary checkpoint); rank r >= 1 adds
+``rank.<r>.<name>`` tensors and ``states["ranks"]["<r>"]``.
 
 Restored, not reseeded: a resumed run must draw exactly the numbers the uninterrupted run
 would have drawn next (dropout masks, shuffles), or it is a different run.
@@ -20,6 +26,11 @@ from trainer.checkpoint.layout import CheckpointError
 
 TORCH_CPU = "torch.cpu"
 _CUDA_PREFIX = "torch.cuda."
+_RANKS = "ranks"
+
+
+def _rank_prefix(rank: int) -> str:
+    return f"rank.{rank}."
 
 
 def _python_state_json() -> dict[str, Any]:
@@ -75,3 +86,33 @@ def restore_rng(tensors: dict[str, Tensor], states: dict[str, Any], *, source: s
             n["cached_gaussian"],
         )
     )
+
+
+def merge_ranks(
+    per_rank: list[tuple[dict[str, Tensor], dict[str, Any]]],
+) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """One checkpoint's RNG files from every rank's ``capture_rng()``, in rank order."""
+    tensors, states = dict(per_rank[0][0]), dict(per_rank[0][1])
+    if len(per_rank) > 1:
+        states[_RANKS] = {}
+        for rank, (rank_tensors, rank_states) in enumerate(per_rank[1:], start=1):
+            tensors |= {_rank_prefix(rank) + k: v for k, v in rank_tensors.items()}
+            states[_RANKS][str(rank)] = rank_states
+    return tensors, states
+
+
+def rank_rng(
+    tensors: dict[str, Tensor], states: dict[str, Any], *, rank: int, source: str = "rng"
+) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """Rank ``rank``'s generator states out of merge_ranks' files."""
+    if rank == 0:
+        return (
+            {k: v for k, v in tensors.items() if not k.startswith("rank.")},
+            {k: v for k, v in states.items() if k != _RANKS},
+        )
+    prefix = _rank_prefix(rank)
+    mine = {k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix)}
+    saved = states.get(_RANKS, {})
+    if not mine or str(rank) not in saved:
+        raise CheckpointError(f"{source}: no RNG state of rank {rank}")
+    return mine, saved[str(rank)]

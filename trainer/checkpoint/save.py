@@ -89,8 +89,12 @@ def save_checkpoint(
     model: Llama,
     optimizer: torch.optim.Optimizer,
     state: TrainingState,
+    rank_rng: list[tuple[dict[str, torch.Tensor], dict]] | None = None,
 ) -> Path:
-    """Write checkpoint ``step`` of ``run_dir`` and point ``latest`` at it; returns its path."""
+    """Write checkpoint ``step`` of ``run_dir`` and point ``latest`` at it; returns its path.
+
+    ``rank_rng``: under data parallelism, every rank's ``rng.capture_rng()`` in rank order
+    (rank 0, the writer, first); None captures this process's generators."""
     run_dir = Path(run_dir)
     if state.step != step:
         raise CheckpointError(f"state.json says step {state.step}, saving step {step}")
@@ -104,7 +108,9 @@ def save_checkpoint(
     staging.mkdir()
     try:
         opt_tensors, groups = optimizer_state.optimizer_tensors(model, optimizer)
-        rng_tensors, rng_states = rng.capture_rng()
+        rng_tensors, rng_states = (
+            rng.capture_rng() if rank_rng is None else rng.merge_ranks(rank_rng)
+        )
         full_state = dataclasses.replace(state, optimizer_groups=groups)
         weights = model.state_dict()
         writers: list[tuple[str, Writer]] = [

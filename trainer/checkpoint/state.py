@@ -32,6 +32,9 @@ class TrainingState:
     seed: int | None = None
     tokenizer_dir: str | None = None  # exported next to the weights when set
     optimizer_groups: list[dict[str, Any]] = field(default_factory=list)
+    # Data-parallel ranks of the run: the data split and the per-rank RNG states depend
+    # on it, so a resume on another world size is refused (trainer/train/loop.py).
+    world_size: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

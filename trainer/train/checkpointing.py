@@ -89,13 +89,24 @@ class Checkpointer:
         return self.save_interval is not None and step % self.save_interval == 0
 
     def save(
-        self, step: int, model: Llama, optimizer: torch.optim.Optimizer, state: TrainingState
+        self,
+        step: int,
+        model: Llama,
+        optimizer: torch.optim.Optimizer,
+        state: TrainingState,
+        rank_rng: list | None = None,
     ) -> Path | None:
+        """``rank_rng``: every rank's RNG states under data parallelism (save_checkpoint)."""
         if step in self.saved:
             return None  # the final or signal save of a step already saved periodically
         try:
             path = save_checkpoint(
-                self.directory, step=step, model=model, optimizer=optimizer, state=state
+                self.directory,
+                step=step,
+                model=model,
+                optimizer=optimizer,
+                state=state,
+                rank_rng=rank_rng,
             )
         except (CheckpointError, OSError) as exc:
             previous = self.saved[-1] if self.saved else None
@@ -144,9 +155,21 @@ def resume_state(
     *,
     identity: tuple[str, str | None],
     override: bool,
+    world_size: int = 1,
+    rank: int = 0,
 ) -> TrainingState:
-    """Verify and load ``path`` into model, optimizer and RNGs; refuse another run's state."""
+    """Verify and load ``path`` into model, optimizer and RNGs (rank ``rank``'s); refuse
+    another run's state, and a checkpoint of another data-parallel world size."""
     state = load.read_state(path)
+    if state.world_size != world_size:
+        # Refused, not converted: the data split and each rank's RNG stream are functions
+        # of the world size, so another world size could not continue the same run.
+        raise CheckpointError(
+            f"{path}: written by a run of world size {state.world_size}; this run has world "
+            f"size {world_size}. Resuming on another world size is refused (the data split "
+            f"and the per-rank RNG states depend on it): relaunch with {state.world_size} "
+            f"process(es) (trainer apply --nproc {state.world_size})"
+        )
     config, data = identity
     differs = []
     if state.config_hash != config:
@@ -158,7 +181,7 @@ def resume_state(
             f"{path}: written by another run: {'; '.join(differs)}; pass the override flag "
             "to resume anyway"
         )
-    return load.load_checkpoint(path, model, optimizer)
+    return load.load_checkpoint(path, model, optimizer, rank=rank)
 
 
 class StopSignals:

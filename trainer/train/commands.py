@@ -17,6 +17,12 @@ checkpoint of another config or data set is refused unless ``--resume-other-run`
 ``--max-steps N`` stops the run after N steps of the configured schedule (the learning
 rate follows the configured max_steps; the manifest records the override).
 
+Data parallel: ``torchrun --standalone --nproc_per_node N -m trainer apply CONFIG`` (or
+``trainer apply CONFIG --nproc N``, which execs exactly that) trains on N processes
+(trainer/train/distributed.py): a global batch of micro_batch x grad_accum x N
+sequences; rank 0 writes the metrics, the manifest and the checkpoints. A checkpoint is
+resumed on the world size that wrote it, or refused (exit 1).
+
 Exit status: 0 the run finished (max_steps, early stopping, or SIGTERM/SIGINT after the
 step in progress and a checkpoint); 1 the config or the data is unusable, the output
 directory already holds a run, the vocabularies disagree, or the resume is refused
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -40,14 +47,49 @@ def _fail(message: str) -> int:
     return INPUT_ERROR_STATUS
 
 
+def _torchrun_argv(args: argparse.Namespace) -> list[str]:
+    """``python -m torch.distributed.run ... -m trainer apply`` with this call's options."""
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    argv += ["--nproc_per_node", str(args.nproc), "-m", "trainer", "apply", str(args.config)]
+    if args.max_steps is not None:
+        argv += ["--max-steps", str(args.max_steps)]
+    if args.out is not None:
+        argv += ["--out", str(args.out)]
+    argv += ["--device", args.device]
+    if args.compile:
+        argv.append("--compile")
+    if args.resume is not None:
+        argv += ["--resume", str(args.resume)]
+    if args.resume_other_run:
+        argv.append("--resume-other-run")
+    return argv
+
+
+def _exec_torchrun(args: argparse.Namespace) -> int:
+    """Replace this process with torchrun running the same apply on ``--nproc`` ranks."""
+    from trainer.train.distributed import launched_by_torchrun  # noqa: PLC0415
+
+    if args.nproc < 1:
+        return _fail(f"--nproc must be >= 1, got {args.nproc}")
+    if launched_by_torchrun():
+        return _fail("--nproc inside a torchrun launch: torchrun already chose the processes")
+    argv = _torchrun_argv(args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvp(argv[0], argv)  # argv built above; no shell
+    return INPUT_ERROR_STATUS  # not reached: execvp returns only by raising
+
+
 def cmd_apply(args: argparse.Namespace) -> int:
+    if args.nproc is not None:
+        return _exec_torchrun(args)
     from trainer.checkpoint.layout import CheckpointError  # noqa: PLC0415
     from trainer.config.algebra import evaluate  # noqa: PLC0415 - keep torch out of CLI start-up
     from trainer.config.commands import rule_finding, validate  # noqa: PLC0415
     from trainer.data.loader import DataExhaustedError  # noqa: PLC0415
     from trainer.data.manifest import ShardError  # noqa: PLC0415
     from trainer.model.params import param_count  # noqa: PLC0415
-    from trainer.train import guards, loop, preflight  # noqa: PLC0415
+    from trainer.train import distributed, guards, loop, preflight  # noqa: PLC0415
     from trainer.train.manifest import RUN_MANIFEST  # noqa: PLC0415
     from trainer.train.metrics import METRICS_FILE, MetricsFileError  # noqa: PLC0415
     from trainer.train.sequences import ShardSequences  # noqa: PLC0415
@@ -67,7 +109,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
     except (ShardError, OSError, ValueError) as exc:
         return _fail(f"data {cfg.data.shards}: {exc}")
     report = evaluate(
-        cfg.algebra_inputs(sequences=train_data.num_sequences, params=param_count(cfg.model))
+        cfg.algebra_inputs(
+            sequences=train_data.num_sequences,
+            params=param_count(cfg.model),
+            world_size=distributed.env_world_size(),
+        )
     )
     if report.violations:
         for violation in report.violations:
@@ -119,6 +165,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     except (guards.NonFiniteError, guards.DivergenceError, DataExhaustedError) as exc:
         print(f"trainer apply: run aborted: {exc}", file=sys.stderr)
         return ABORT_STATUS
+    if os.environ.get("RANK", "0") != "0":
+        return 0  # rank 0 reports the run
     first = result.resumed_from + 1  # a resumed run's first step is the one after it
     losses = (
         f"loss {result.losses[0]:.4f} at step {first} -> {result.losses[-1]:.4f}"
@@ -145,6 +193,13 @@ def add_apply_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None, help="output directory (default: config)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument(
+        "--nproc",
+        type=int,
+        default=None,
+        metavar="N",
+        help="data parallel on N local processes: exec torchrun --nproc_per_node N",
+    )
     p.add_argument(
         "--resume",
         nargs="?",

@@ -34,6 +34,18 @@ One run, top to bottom (C-TRAINING-LOOP):
      run continues at the step after it; metrics.jsonl first loses the lines of the steps
      after the checkpoint (metrics.rewind), so each step is in it once.
 
+Data parallel (trainer/train/distributed.py): a process started by torchrun joins the
+process group (gloo on CPU, NCCL on CUDA) and trains a DistributedDataParallel model.
+A global batch is micro_batch x grad_accum x world_size sequences of the one order every
+rank computes from the seed; rank r reads its fixed slice (StepPlan.micro_batches(r)).
+The target count is all-reduced before backward, so every rank backpropagates its token
+sum over the GLOBAL count and DDP sums (not averages) the gradients: the gradient and the
+reported loss are those of one process running the whole global batch. The finite check
+is agreed by all ranks before optimizer.step. Rank 0 alone writes the run manifest,
+metrics and checkpoints (each rank's RNG state gathered into them); every rank
+restores its own RNG on resume, and a checkpoint of another world size is refused.
+Without torchrun's environment the run is world size 1: no process group, no DDP.
+
 CPU runs in float32; CUDA runs the forward under bf16 autocast when the config asks.
 Named seams (_run_seed, _planned_steps, _train_step, _zero_grad, _validation_batches)
 let tests/mutants/loop.py inject the contract's known bugs one at a time.
@@ -54,12 +66,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from trainer.checkpoint import rng
 from trainer.checkpoint.layout import CheckpointError
 from trainer.checkpoint.state import TrainingState
 from trainer.data.loader import DataExhaustedError
 from trainer.model.config import LlamaConfig
 from trainer.model.llama import build_model
-from trainer.train import checkpointing, guards, loss, metrics, optim, preflight
+from trainer.train import checkpointing, distributed, guards, loss, metrics, optim, preflight
 from trainer.train.manifest import write_run_manifest
 from trainer.train.schedule import lr_at
 from trainer.train.sequences import SequenceSource, epoch_order
@@ -214,13 +227,14 @@ def _exhaustion_error(step: int, settings: LoopSettings, steps_per_epoch: int) -
 
 def _planned_steps(settings: LoopSettings, num_sequences: int) -> Iterator[StepPlan]:
     """iterate_steps plus the exhaustion rule: every one of max_steps steps, or an error."""
-    global_batch = settings.micro_batch * settings.grad_accum
+    world_size = distributed.current_world().world_size
+    global_batch = settings.micro_batch * settings.grad_accum * world_size
     steps_per_epoch = num_sequences // global_batch
     if steps_per_epoch == 0:
         raise ValueError(
             f"the training split has {num_sequences} sequences of {settings.seq_len} tokens; "
             f"one global batch needs {global_batch} (micro_batch {settings.micro_batch} x "
-            f"grad_accum {settings.grad_accum})"
+            f"grad_accum {settings.grad_accum} x world_size {world_size})"
         )
     epochs = settings.epochs if settings.wrap_around else max(settings.epochs, 2)
     taken = 0
@@ -230,6 +244,7 @@ def _planned_steps(settings: LoopSettings, num_sequences: int) -> Iterator[StepP
         grad_accum=settings.grad_accum,
         epochs=epochs,
         max_steps=settings.max_steps,
+        world_size=world_size,
     ):
         if plan.epoch >= 1 and not settings.wrap_around:
             raise _exhaustion_error(plan.step, settings, steps_per_epoch)
@@ -273,6 +288,11 @@ def _validation_batches(
     return batches
 
 
+def _data_rank(world: distributed.World) -> int:
+    """Which slice of every global batch this process reads: its rank."""
+    return world.rank
+
+
 # ---------------------------------------------------------------- one step
 def _call_hook(hooks: Any, name: str, *args: Any) -> None:
     fn = getattr(hooks, name, None) if hooks is not None else None
@@ -295,15 +315,62 @@ def _train_step(
     autocast: torch.dtype | None,
     hooks: Any,
 ) -> tuple[float, float, int]:
-    """One optimizer step; returns (loss, pre-clip grad norm, target tokens)."""
+    """One optimizer step; returns (loss, pre-clip grad norm, target tokens).
+
+    Under data parallelism: the global batch's loss and token count, and the norm of the
+    all-reduced gradient (the same on every rank)."""
+    world = distributed.current_world()
     optim.apply_lr(optimizer, lr)
     _zero_grad(optimizer)
-    step_loss, count = loss.accumulate_gradients(model, micro_batches, autocast=autocast)
+    if world.distributed:
+        local = sum(loss.count_targets(targets) for _, targets in micro_batches)
+        count = _global_token_count(local, world)
+        share, _ = loss.accumulate_gradients(
+            model,
+            micro_batches,
+            autocast=autocast,
+            global_count=count,
+            defer_sync=lambda: distributed.defer_sync(model),
+        )
+        step_loss = distributed.sum_float(share, world)  # the shares add up to the mean
+    else:
+        step_loss, count = loss.accumulate_gradients(model, micro_batches, autocast=autocast)
     grad_norm = optim.clip_gradients(model.parameters(), settings.grad_clip)
-    guards.check_finite(step, step_loss, grad_norm)  # before the step: weights stay clean
+    _check_finite_on_every_rank(step, step_loss, grad_norm, world)  # weights stay clean
     _call_hook(hooks, "before_optimizer_step", step, optimizer, model)
     optimizer.step()
     return step_loss, grad_norm, count
+
+
+def _global_token_count(local: int, world: distributed.World) -> int:
+    """The global batch's target count: all-reduced BEFORE backward, because each rank's
+    backward divides by it (a rank's own count would weight its tokens differently)."""
+    return distributed.sum_int(local, world)
+
+
+def _check_finite_on_every_rank(
+    step: int, step_loss: float, grad_norm: float, world: distributed.World
+) -> None:
+    """guards.check_finite, agreed across ranks: when any rank sees a non-finite loss or
+    norm, every rank raises before optimizer.step (none steps alone into a deadlock)."""
+    try:
+        guards.check_finite(step, step_loss, grad_norm)
+    except guards.NonFiniteError as exc:
+        mine: guards.NonFiniteError | None = exc
+    else:
+        mine = None
+    if not world.distributed:
+        if mine is not None:
+            raise mine
+        return
+    if distributed.any_rank(mine is not None, world):
+        if mine is not None:
+            raise mine
+        raise guards.NonFiniteError(
+            f"step {step}: another rank's loss or gradient norm is not finite (this rank, "
+            f"{world.rank}: loss {step_loss}, grad norm {grad_norm}); every rank stops "
+            "before optimizer.step"
+        )
 
 
 # ---------------------------------------------------------------- the run
@@ -342,13 +409,17 @@ def train(
     device = _resolve_device(settings.device)
     checkpoints = settings.checkpoint_dir is not None
     signals = checkpointing.StopSignals() if checkpoints else contextlib.nullcontext()
-    with _deterministic(device), signals as stop:
-        run = _start(settings, train_data, val_data, hooks, device)
+    # torchrun's process group (world size 1 and no group without torchrun's environment)
+    with _deterministic(device), distributed.process_group(device) as world, signals as stop:
+        run = _start(settings, train_data, val_data, hooks, device, world=world)
         run.stop = stop
         try:
             run.run()
         finally:
             run.writer.close()
+            # The DDP wrapper goes before its process group does (a DDP reducer freed
+            # after destroy_process_group can block forever).
+            run.model = run.result.model
     return run.result
 
 
@@ -375,11 +446,13 @@ class _Run:
     first_step: int = 1
     scheduler_step: int = 0  # the step the LR schedule was last evaluated at
     stop: checkpointing.StopSignals | None = None
+    world: distributed.World = distributed.SINGLE
 
     def step(self, plan: StepPlan) -> dict:
         s = self.settings
         started = time.perf_counter()
-        index_lists = [self.orders.indices(plan.epoch, r) for r in plan.micro_batches(0)]
+        rank = _data_rank(self.world)
+        index_lists = [self.orders.indices(plan.epoch, r) for r in plan.micro_batches(rank)]
         micro_batches = [self.train_data.batch(ix) for ix in index_lists]
         _call_hook(self.hooks, "step_batches", plan.step, plan.epoch, index_lists, micro_batches)
         self.scheduler_step = plan.step  # lr_at is a pure function of the step
@@ -451,7 +524,9 @@ class _Run:
             _call_hook(self.hooks, "after_step", plan.step, record)
             if self.result.stop_reason != "max_steps":
                 break
-            if self.stop is not None and self.stop.requested is not None:
+            requested = self.stop is not None and self.stop.requested is not None
+            # Every rank stops after the same step, even when only one got the signal.
+            if distributed.any_rank(requested, self.world):
                 self.result.stop_reason = "signal"  # SIGTERM/SIGINT: save, then a clean stop
                 break
         if last is not None and self.checkpointer is not None:
@@ -477,11 +552,32 @@ class _Run:
             divergence=self.divergence.state_dict(),
             seed=s.seed,
             tokenizer_dir=None if s.tokenizer_dir is None else str(s.tokenizer_dir),
+            world_size=self.world.world_size,
         )
         if self.checkpointer is None:
             raise RuntimeError("save() called on a run without checkpoint_dir")
-        if self.checkpointer.save(plan.step, self.result.model, self.optimizer, state):
+        model, optimizer = self.result.model, self.optimizer
+        if not self.world.distributed:
+            saved = self.checkpointer.save(plan.step, model, optimizer, state)
+        else:
+            # Weights and AdamW state are identical on every rank (DDP); the RNGs are not:
+            # every rank's go to rank 0, the one writer (a collective: all ranks call it).
+            rank_rng = _gather_rng(self.world)
+            if not self.world.is_main:
+                return
+            saved = self.checkpointer.save(plan.step, model, optimizer, state, rank_rng=rank_rng)
+        if saved:
             self.result.checkpoints.append(plan.step)
+
+
+def _gather_rng(world: distributed.World) -> list[tuple[dict[str, Tensor], dict]]:
+    """Every rank's generator states, in rank order (JSON over tensor collectives)."""
+    tensors, states = rng.capture_rng()
+    mine = {"tensors": {k: v.tolist() for k, v in tensors.items()}, "states": states}
+    return [
+        ({k: torch.tensor(v, dtype=torch.uint8) for k, v in r["tensors"].items()}, r["states"])
+        for r in distributed.gather_json(mine, world)
+    ]
 
 
 def _start(
@@ -490,6 +586,8 @@ def _start(
     val_data: SequenceSource | None,
     hooks: Any,
     device: torch.device,
+    *,
+    world: distributed.World = distributed.SINGLE,
 ) -> _Run:
     """Seed, build model and optimizer, fix the validation set, write the manifest."""
     if train_data.seq_len != settings.seq_len:
@@ -519,30 +617,40 @@ def _start(
         identity = checkpointing.run_identity(settings)
     if settings.resume_from is not None:
         resumed = _resume(
-            settings, model, optimizer, identity=identity, divergence=divergence, early=early
+            settings,
+            model,
+            optimizer,
+            identity=identity,
+            divergence=divergence,
+            early=early,
+            world=world,
         )
-    if resumed is not None and settings.out_dir is not None:
+    out_dir = settings.out_dir if world.is_main else None  # rank 0 alone writes
+    if resumed is not None and out_dir is not None:
         # The steps after the checkpoint are taken again: their earlier lines (and a line
         # torn by a kill) leave metrics.jsonl first, so every step appears once.
-        metrics.rewind(Path(settings.out_dir), resumed.step, max_steps=settings.max_steps)
-    if settings.out_dir is not None:
-        write_run_manifest(settings, Path(settings.out_dir), seed=seed, device=device)
+        metrics.rewind(Path(out_dir), resumed.step, max_steps=settings.max_steps)
+    if out_dir is not None:
+        write_run_manifest(settings, Path(out_dir), seed=seed, device=device, world=world)
+    # DDP after the resume (every rank holds the checkpoint's weights), compile after DDP.
+    forward = distributed.wrap_data_parallel(model, world, device)
     run = _Run(
         settings=settings,
         train_data=train_data,
         val_batches=val_batches,
-        model=torch.compile(model) if settings.compile else model,
+        model=torch.compile(forward) if settings.compile else forward,
         optimizer=optimizer,
         device=device,
         autocast=_autocast_dtype(settings, device),
         orders=_EpochOrders(train_data.num_sequences, seed, settings.shuffle),
         divergence=divergence,
         early=early,
-        writer=metrics.MetricsWriter(settings.out_dir, settings.model, settings.seq_len, device),
+        writer=metrics.MetricsWriter(out_dir, settings.model, settings.seq_len, device),
         result=TrainResult(0, [], [], [], [], "max_steps", model, optimizer),
         hooks=hooks,
         checkpointer=checkpointer,
         identity=identity,
+        world=world,
     )
     if resumed is not None:
         run.resumed = resumed
@@ -556,7 +664,7 @@ def _start(
 # ---------------------------------------------------------------- resume
 def _epoch_step(plan: StepPlan, settings: LoopSettings) -> int:
     """Steps of ``plan.epoch`` completed once ``plan`` is done: the data position."""
-    return plan.first_sequence // (settings.micro_batch * settings.grad_accum) + 1
+    return plan.first_sequence // (plan.micro_batch * plan.grad_accum * plan.world_size) + 1
 
 
 def _check_data_position(plan: StepPlan, state: TrainingState, settings: LoopSettings) -> None:
@@ -578,13 +686,20 @@ def _resume(
     identity: tuple[str, str | None],
     divergence: guards.DivergenceGuard,
     early: guards.EarlyStopping | None,
+    world: distributed.World = distributed.SINGLE,
 ) -> TrainingState:
     """Load the checkpoint into model, optimizer, RNGs and guards; CheckpointError if unfit."""
     if settings.checkpoint_dir is None:
         raise CheckpointError("resume_from needs checkpoint_dir (where the run's checkpoints are)")
     path = checkpointing.resolve_checkpoint(settings.resume_from, settings.checkpoint_dir, model)
     state = checkpointing.resume_state(
-        path, model, optimizer, identity=identity, override=settings.resume_override
+        path,
+        model,
+        optimizer,
+        identity=identity,
+        override=settings.resume_override,
+        world_size=world.world_size,
+        rank=world.rank,
     )
     if state.scheduler_step != state.step:
         raise CheckpointError(

@@ -26,7 +26,7 @@ tests/mutants/loop_parts.py inject the contract's known bugs in one place each.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 import torch.nn.functional as F  # noqa: N812 - the universal alias
@@ -129,6 +129,8 @@ def accumulate_gradients(
     micro_batches: Sequence[tuple[Tensor, Tensor]],
     *,
     autocast: torch.dtype | None = None,
+    global_count: int | None = None,
+    defer_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
 ) -> tuple[float, int]:
     """Forward and backward over every micro-batch of ONE optimizer step.
 
@@ -137,12 +139,20 @@ def accumulate_gradients(
     torch.autocast on the model's device; None runs in the model's own dtype. Returns
     (step loss, global target count); the loss is the detached sum of the micro-batch
     contributions, i.e. the token-mean cross-entropy of the global batch.
+
+    Data parallel (trainer/train/distributed.py): ``global_count`` is the target count of
+    the global batch across ALL ranks (this rank's micro-batches when None), so each rank
+    backpropagates its token sum over it and the summed gradients are those of the global
+    batch; the returned loss is then this rank's share (all-reduce SUM for the step loss).
+    ``defer_sync``: DDP's no_sync, entered for every micro-batch but the last so the
+    gradients cross ranks once per step.
     """
     if not micro_batches:
         raise ValueError("an optimizer step needs at least one micro-batch, got none")
     for index, (inputs, targets) in enumerate(micro_batches):
         _check_pair(index, inputs, targets)
-    global_count = sum(count_targets(targets) for _, targets in micro_batches)
+    if global_count is None:
+        global_count = sum(count_targets(targets) for _, targets in micro_batches)
     if global_count == 0:
         raise ValueError(
             f"the step's {len(micro_batches)} micro-batch(es) hold no non-padding target "
@@ -150,16 +160,19 @@ def accumulate_gradients(
         )
     global_sequences = sum(targets.shape[0] for _, targets in micro_batches)
     step_loss = torch.zeros((), dtype=torch.float64, device=_model_device(model))  # one sync
-    for inputs, targets in micro_batches:
-        token_losses, on_device = _forward(model, inputs, targets, autocast)
-        share = _micro_batch_loss(
-            token_losses,
-            on_device,
-            global_count=global_count,
-            global_sequences=global_sequences,
-            num_micro_batches=len(micro_batches),
-        )
-        share.backward()
+    last = len(micro_batches) - 1
+    for index, (inputs, targets) in enumerate(micro_batches):
+        deferred = defer_sync is not None and index < last
+        with defer_sync() if deferred else contextlib.nullcontext():
+            token_losses, on_device = _forward(model, inputs, targets, autocast)
+            share = _micro_batch_loss(
+                token_losses,
+                on_device,
+                global_count=global_count,
+                global_sequences=global_sequences,
+                num_micro_batches=len(micro_batches),
+            )
+            share.backward()
         step_loss += share.detach().to(torch.float64)
     return float(step_loss.item()), global_count
 

@@ -2,8 +2,9 @@
 
 Seed, the resolved config, versions (Python, torch, CUDA, this package, numpy), the git
 commit and whether the tree was dirty, the sha256 of the data set's manifest.json, the
-host, the device, and the force_token_budget override when it was used - enough to tell
-two runs apart and to rerun one.
+host, the device, the data-parallel world size and backend (None: a single process),
+and the force_token_budget override when it was used - enough to tell two runs apart and
+to rerun one.
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ def versions() -> dict[str, Any]:
     }
 
 
-def run_manifest(settings: Any, *, seed: int, device: torch.device) -> dict[str, Any]:
+def run_manifest(
+    settings: Any, *, seed: int, device: torch.device, world: Any = None
+) -> dict[str, Any]:
     data_manifest = settings.data_manifest
     manifest: dict[str, Any] = {
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -66,6 +69,8 @@ def run_manifest(settings: Any, *, seed: int, device: torch.device) -> dict[str,
         "data_manifest_sha256": None if data_manifest is None else file_sha256(data_manifest),
         "host": {"name": socket.gethostname(), "platform": platform.platform()},
         "device": str(device),
+        "world_size": 1 if world is None else world.world_size,
+        "backend": None if world is None else world.backend,
         "argv": sys.argv,
     }
     if settings.force_token_budget:
@@ -73,8 +78,11 @@ def run_manifest(settings: Any, *, seed: int, device: torch.device) -> dict[str,
     return manifest
 
 
-def write_run_manifest(settings: Any, out_dir: Path, *, seed: int, device: torch.device) -> Path:
+def write_run_manifest(
+    settings: Any, out_dir: Path, *, seed: int, device: torch.device, world: Any = None
+) -> Path:
+    """``world``: a trainer.train.distributed.World (None: one process)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / RUN_MANIFEST
-    atomic_write_json(path, run_manifest(settings, seed=seed, device=device))
+    atomic_write_json(path, run_manifest(settings, seed=seed, device=device, world=world))
     return path

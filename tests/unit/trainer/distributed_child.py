@@ -1,0 +1,78 @@
+"""One data-parallel training run, launched by torchrun (or alone, as world size 1).
+
+    python -m torch.distributed.run --standalone --nproc_per_node 2 \\
+        -m tests.unit.trainer.distributed_child SPEC.json OUT
+    python -m tests.unit.trainer.distributed_child SPEC.json OUT      # one process
+
+Applies $SHIPGATE_MUTANT as the pytest plugin does (so a mutant under audit reaches every
+rank), then trains the tiny model of loop_support on padded sequences whose non-padding
+counts differ from row to row (so ranks hold unequal token counts), and rank 0 writes
+OUT/result.json (per-step losses and grad norms as exact hex floats, the checkpoint steps)
+and OUT/weights.safetensors (the final weights). SPEC holds the LoopSettings overrides
+(micro_batch, max_steps, ...) and optionally "checkpoints": true and "resume": true
+(checkpoints in OUT/checkpoints; resume from its latest).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from gates import mutants
+
+ROOT = Path(__file__).resolve().parents[3]
+PAD = 0
+
+
+def padded_rows(n: int, seq_len: int, seed: int):
+    """Rows of random tokens 1..V-1, each padded (PAD) after a seeded length of 2..T+1."""
+    import torch  # noqa: PLC0415
+
+    from tests.unit.trainer.loop_support import VOCAB, random_rows  # noqa: PLC0415
+
+    rows = random_rows(n, seq_len, seed=seed, vocab_size=VOCAB - 1) + 1
+    generator = torch.Generator().manual_seed(seed + 1)
+    lengths = torch.randint(2, seq_len + 2, (n,), generator=generator)
+    for i, length in enumerate(lengths.tolist()):
+        rows[i, length:] = PAD
+    return rows
+
+
+def run(spec: dict, out: Path) -> None:
+    import torch  # noqa: PLC0415
+    from safetensors.torch import save_file  # noqa: PLC0415
+
+    from tests.unit.trainer.loop_support import TensorSequences, settings  # noqa: PLC0415
+    from trainer.train.loop import train  # noqa: PLC0415
+
+    torch.set_num_threads(1)
+    spec = dict(spec)
+    checkpoints = spec.pop("checkpoints", False)
+    resume = spec.pop("resume", False)
+    data = TensorSequences(padded_rows(64, 8, seed=5), pad_id=PAD)
+    overrides = dict(spec, epochs=100, shuffle=True)
+    if checkpoints:
+        overrides |= {"checkpoint_dir": out / "checkpoints", "out_dir": out}
+    if resume:
+        overrides["resume_from"] = "latest"
+    result = train(settings(**overrides), data, None)
+    if os.environ.get("RANK", "0") != "0":
+        return
+    weights = {k: v.detach().contiguous() for k, v in result.model.state_dict().items()}
+    save_file(weights, str(out / "weights.safetensors"))
+    record = {
+        "losses": [float(x).hex() for x in result.losses],
+        "grad_norms": [float(x).hex() for x in result.grad_norms],
+        "checkpoints": result.checkpoints,
+        "resumed_from": result.resumed_from,
+    }
+    (out / "result.json").write_text(json.dumps(record), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    mutants.apply_from_env(ROOT)
+    target = Path(sys.argv[2])
+    target.mkdir(parents=True, exist_ok=True)
+    run(json.loads(Path(sys.argv[1]).read_text(encoding="utf-8")), target)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from gates.mutants import mutant
-from trainer.train import distributed, loop
+from trainer.train import distributed, fsdp, loop
 
 
 @mutant("gradient-not-all-reduced")
@@ -31,3 +31,10 @@ def _per_rank_mean(patch):
     # Each rank divides by its own count (times the world size, as DDP's averaging of
     # per-rank means amounts to) instead of the all-reduced global count.
     patch.setattr(loop, "_global_token_count", lambda local, world: local * world.world_size)
+
+
+@mutant("fsdp-gradients-averaged")
+def _fsdp_averaged(patch):
+    # FSDP2's default: the reduce-scatter averages over the ranks, so with each rank's loss
+    # already divided by the GLOBAL count the gradient is 1/world_size of the true one.
+    patch.setattr(fsdp, "_sum_gradients", lambda module: None)

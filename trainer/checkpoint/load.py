@@ -2,19 +2,25 @@
 
     ckpt, skipped = latest_valid(run_dir)      # skipped: [(path, why), ...]
     state = load_checkpoint(ckpt, model, optimizer)
+    state = load_checkpoint(ckpt, model, optimizer, loaders=fsdp.LOADERS)  # sharded model
 
 Nothing is read before verify_checkpoint passes: sizes and sha256 of every file, no
-stranger files, the expected architecture.
+stranger files, the expected architecture. The files hold full (unsharded) tensors; a
+sharded model checks them like any other and ``loaders`` keep its shard of each.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
+from torch import nn
 
 from trainer.checkpoint import optimizer_state, rng
 from trainer.checkpoint import state as state_file
@@ -32,6 +38,15 @@ from trainer.checkpoint.verify import inspect_checkpoint, verify_checkpoint
 from trainer.model import hf
 from trainer.model.config import LlamaConfig
 from trainer.model.llama import Llama
+
+
+@dataclass(frozen=True)
+class StateLoaders:
+    """How checked full tensors get into a model and an optimizer whose own
+    load_state_dict cannot take them (trainer/train/fsdp.py LOADERS)."""
+
+    model: Callable[[nn.Module, dict[str, torch.Tensor]], None]
+    optimizer: Callable[[nn.Module, torch.optim.Optimizer, dict[str, Any]], None]
 
 
 def _checkpoint_problems(path: Path, architecture: LlamaConfig | None) -> list[str]:
@@ -78,15 +93,17 @@ def load_checkpoint(
     *,
     restore_random: bool = True,
     rank: int = 0,
+    loaders: StateLoaders | None = None,
 ) -> TrainingState:
     """Verify ``path``, then restore weights, AdamW state and RNGs; returns state.json.
 
     ``rank``: whose generator states to restore (a data-parallel checkpoint holds each
-    rank's; trainer/checkpoint/rng.py)."""
+    rank's; trainer/checkpoint/rng.py). ``loaders``: for a sharded model (None:
+    load_state_dict)."""
     path = Path(path)
     verify_checkpoint(path, architecture=model.config)
     state = state_file.state_from_json(_read_json(path / STATE_FILE), source=str(path / STATE_FILE))
-    hf.load_weights(model, path / MODEL_FILE)
+    hf.load_weights(model, path / MODEL_FILE, load=None if loaders is None else loaders.model)
     if optimizer is not None:
         optimizer_state.restore_optimizer(
             model,
@@ -94,6 +111,7 @@ def load_checkpoint(
             _read_tensors(path / OPTIMIZER_FILE),
             state.optimizer_groups,
             source=str(path / OPTIMIZER_FILE),
+            load=None if loaders is None else loaders.optimizer,
         )
     if restore_random:
         source = str(path / RNG_JSON_FILE)

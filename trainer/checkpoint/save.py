@@ -1,6 +1,7 @@
 """Write a checkpoint atomically: staging directory, data files, manifest LAST, rename.
 
     path = save_checkpoint(run_dir, step=15, model=model, optimizer=opt, state=state)
+    save_checkpoint(..., gathered=Gathered(weights, optimizer_state))   # a sharded (FSDP) model
 
 Order (INV-TRAIN-LOOP-013): into ``step-NNNNNNNN.tmp/`` write model, optimizer, RNG and
 state, fsync each; hash them into manifest.json, fsync it; fsync the directory; rename it
@@ -8,6 +9,9 @@ to ``step-NNNNNNNN``; fsync the parent; then point ``latest`` at it by atomic re
 crash at any point leaves either no ``step-NNNNNNNN`` or a complete one; the loader never
 considers staging directories. A failed save removes its staging directory and raises
 CheckpointError; existing checkpoints are untouched.
+
+A sharded (FSDP) run hands the full state its ranks gathered for rank 0 (``gathered``):
+the files are those of a single-process run (the same names, shapes and dtypes).
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from __future__ import annotations
 import dataclasses
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -42,6 +48,15 @@ from trainer.model.llama import Llama
 Writer = Callable[[Path], None]
 
 
+@dataclass(frozen=True)
+class Gathered:
+    """The full state of a sharded model: its state dict and its optimizer's state dict
+    keyed by parameter name (torch.distributed.checkpoint.state_dict, full_state_dict)."""
+
+    weights: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+
+
 def _boundary(event: str, directory: Path) -> None:
     """Called after each durable write (fault-injection point for the crash tests)."""
 
@@ -52,6 +67,10 @@ def _staging_dir(final: Path) -> Path:
 
 def _write_model(model: Llama, path: Path) -> None:
     hf.save_weights(model, path)  # refuses empty / misshapen / aliased state
+
+
+def _write_gathered_model(model: Llama, path: Path, weights: dict[str, torch.Tensor]) -> None:
+    hf.save_weights(model, path, state=weights)  # the same checks, on the full state
 
 
 def _write_optimizer(tensors: dict[str, torch.Tensor], path: Path) -> None:
@@ -90,11 +109,13 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     state: TrainingState,
     rank_rng: list[tuple[dict[str, torch.Tensor], dict]] | None = None,
+    gathered: Gathered | None = None,
 ) -> Path:
     """Write checkpoint ``step`` of ``run_dir`` and point ``latest`` at it; returns its path.
 
     ``rank_rng``: under data parallelism, every rank's ``rng.capture_rng()`` in rank order
-    (rank 0, the writer, first); None captures this process's generators."""
+    (rank 0, the writer, first); None captures this process's generators. ``gathered``:
+    the full state of a sharded ``model`` and ``optimizer`` (written instead of theirs)."""
     run_dir = Path(run_dir)
     if state.step != step:
         raise CheckpointError(f"state.json says step {state.step}, saving step {step}")
@@ -107,14 +128,23 @@ def save_checkpoint(
         shutil.rmtree(staging)  # left by a crashed save; never loadable
     staging.mkdir()
     try:
-        opt_tensors, groups = optimizer_state.optimizer_tensors(model, optimizer)
+        if gathered is None:
+            opt_tensors, groups = optimizer_state.optimizer_tensors(model, optimizer)
+            weights = model.state_dict()
+        else:
+            opt_tensors, groups = optimizer_state.named_state_tensors(gathered.optimizer)
+            weights = gathered.weights
         rng_tensors, rng_states = (
             rng.capture_rng() if rank_rng is None else rng.merge_ranks(rank_rng)
         )
         full_state = dataclasses.replace(state, optimizer_groups=groups)
-        weights = model.state_dict()
+        write_model: Writer = (
+            (lambda p: _write_model(model, p))
+            if gathered is None
+            else (lambda p: _write_gathered_model(model, p, weights))
+        )
         writers: list[tuple[str, Writer]] = [
-            (MODEL_FILE, lambda p: _write_model(model, p)),
+            (MODEL_FILE, write_model),
             (OPTIMIZER_FILE, lambda p: _write_optimizer(opt_tensors, p)),
             (RNG_TENSOR_FILE, lambda p: _write_safetensors(rng_tensors, p)),
             (RNG_JSON_FILE, lambda p: write_json(p, rng_states)),

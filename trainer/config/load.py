@@ -134,6 +134,7 @@ class TrainingConfig:
     eval_tokens: int = 131_072  # validation target tokens per evaluation (capped at the split)
     compile: bool = False  # torch.compile the model
     keep_checkpoints: int = 2  # the newest K plus the best by validation loss
+    data_parallel: str = "ddp"  # ddp | fsdp: the strategy of a torchrun (multi-process) run
 
 
 @dataclass(frozen=True)
@@ -586,6 +587,7 @@ def _build(src: YamlSource, model_cfg: LlamaConfig) -> RunConfig:
             eval_tokens=training["eval_tokens"],
             compile=training["compile"],
             keep_checkpoints=training["keep_checkpoints"],
+            data_parallel=training["data_parallel"],
         ),
         monitoring=MonitoringConfig(log_interval=monitoring["log_interval"]),
         positions=_positions(src.tree),

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
+from torch import nn
 
 from trainer.model.config import INIT_STD, LlamaConfig
 from trainer.model.llama import Llama
@@ -61,9 +63,14 @@ def hf_config_dict(cfg: LlamaConfig, *, dtype: str = "float32") -> dict:
     }
 
 
+def _as_written(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Detached, on CPU, row-major contiguous."""
+    return {name: t.detach().to("cpu").contiguous() for name, t in state.items()}
+
+
 def _tensors_for_file(model: Llama) -> dict[str, torch.Tensor]:
-    """The state dict as written: detached, on CPU, row-major contiguous."""
-    return {name: t.detach().to("cpu").contiguous() for name, t in model.state_dict().items()}
+    """The state dict as written."""
+    return _as_written(model.state_dict())
 
 
 def _aliased(state: dict[str, torch.Tensor]) -> list[str]:
@@ -106,17 +113,23 @@ def _layout_problems(
     return problems
 
 
-def save_weights(model: Llama, path: str | Path) -> int:
-    """Write the model's tensors to ``path`` (safetensors); returns the file's size in bytes."""
+def save_weights(
+    model: Llama, path: str | Path, *, state: dict[str, torch.Tensor] | None = None
+) -> int:
+    """Write the model's tensors to ``path`` (safetensors); returns the file's size in bytes.
+
+    ``state``: the model's full state dict when ``model`` itself holds only a shard of it
+    (FSDP, trainer/train/fsdp.py); None reads ``model.state_dict()``."""
     path = Path(path)
-    state = model.state_dict()
+    given = state
+    state = model.state_dict() if given is None else given
     if any(t.is_meta for t in state.values()):
         raise WeightsFileError(f"{path}: the model is on the meta device; it holds no values")
     aliased = _aliased(state)
     if aliased:
         # An untied model whose lm_head is the embedding is not the configured model.
         raise WeightsFileError(f"{path}: refusing to write aliased tensors: {_listed(aliased)}")
-    tensors = _tensors_for_file(model)
+    tensors = _tensors_for_file(model) if given is None else _as_written(given)
     if not tensors:
         raise WeightsFileError(f"{path}: refusing to write an empty state dict")
     problems = _layout_problems(
@@ -141,10 +154,17 @@ def save_weights(model: Llama, path: str | Path) -> int:
     return path.stat().st_size
 
 
-def load_weights(model: Llama, path: str | Path) -> None:
+def load_weights(
+    model: Llama,
+    path: str | Path,
+    *,
+    load: Callable[[nn.Module, dict[str, torch.Tensor]], None] | None = None,
+) -> None:
     """Load ``path`` into ``model`` strictly: names, shapes and dtypes must all match.
 
     A model built on the meta device is materialized by the load (tensors assigned).
+    ``load``: how the checked full tensors get into the model when load_state_dict cannot
+    put them there (an FSDP model keeps its shard of each, trainer/train/fsdp.py).
     """
     path = Path(path)
     try:
@@ -168,5 +188,8 @@ def load_weights(model: Llama, path: str | Path) -> None:
         problems.append(f"dtype differs: {_listed(wrong_dtype)}")
     if problems:
         raise WeightsFileError(f"{path}: does not fit the model: " + "; ".join(problems))
+    if load is not None:
+        load(model, tensors)
+        return
     assign = any(t.is_meta for t in state.values())
     model.load_state_dict(tensors, strict=True, assign=assign)

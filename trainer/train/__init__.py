@@ -7,6 +7,7 @@
 - optim.py: AdamW with decay/no-decay groups, LR application, gradient clipping.
 - guards.py: non-finite values, divergence, early stopping, validation size.
 - loop.py: the loop itself (LoopSettings, train, TrainResult).
+- distributed.py, fsdp.py: data parallelism under torchrun (ddp, fsdp).
 - metrics.py, manifest.py: per-step metrics, training_state.json, the run manifest.
 - commands.py: `trainer apply CONFIG`.
 """

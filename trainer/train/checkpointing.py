@@ -30,7 +30,7 @@ import torch
 from trainer.checkpoint import load
 from trainer.checkpoint.layout import LATEST_POINTER, CheckpointError
 from trainer.checkpoint.retention import prune
-from trainer.checkpoint.save import save_checkpoint
+from trainer.checkpoint.save import Gathered, save_checkpoint
 from trainer.checkpoint.state import TrainingState, config_hash
 from trainer.model.llama import Llama
 
@@ -40,6 +40,7 @@ _NOT_IDENTITY = {
     "out_dir",
     "device",
     "compile",
+    "data_parallel",
     "log_interval",
     "resolved_config",
     "data_manifest",
@@ -55,6 +56,11 @@ def run_identity(settings: Any) -> tuple[str, str | None]:
     """(config hash, data manifest sha256) of a LoopSettings: what a resume must match."""
     if settings.resolved_config is not None:
         cfg = {k: v for k, v in settings.resolved_config.items() if k != "apply"}
+        if isinstance(cfg.get("training"), dict):
+            # The strategy is how the ranks share the work, not what a step computes (the
+            # checkpoint format is one): a ddp checkpoint resumes under fsdp and back, and
+            # the hashes of configs written before the key existed do not change.
+            cfg["training"] = {k: v for k, v in cfg["training"].items() if k != "data_parallel"}
     else:
         cfg = {
             f.name: getattr(settings, f.name)
@@ -94,9 +100,12 @@ class Checkpointer:
         model: Llama,
         optimizer: torch.optim.Optimizer,
         state: TrainingState,
+        *,
         rank_rng: list | None = None,
+        gathered: Gathered | None = None,
     ) -> Path | None:
-        """``rank_rng``: every rank's RNG states under data parallelism (save_checkpoint)."""
+        """``rank_rng``: every rank's RNG states under data parallelism; ``gathered``: the
+        full state of a sharded (FSDP) model and optimizer (save_checkpoint)."""
         if step in self.saved:
             return None  # the final or signal save of a step already saved periodically
         try:
@@ -107,6 +116,7 @@ class Checkpointer:
                 optimizer=optimizer,
                 state=state,
                 rank_rng=rank_rng,
+                gathered=gathered,
             )
         except (CheckpointError, OSError) as exc:
             previous = self.saved[-1] if self.saved else None
@@ -157,9 +167,11 @@ def resume_state(
     override: bool,
     world_size: int = 1,
     rank: int = 0,
+    loaders: load.StateLoaders | None = None,
 ) -> TrainingState:
     """Verify and load ``path`` into model, optimizer and RNGs (rank ``rank``'s); refuse
-    another run's state, and a checkpoint of another data-parallel world size."""
+    another run's state, and a checkpoint of another data-parallel world size.
+    ``loaders``: for a sharded model (load.load_checkpoint)."""
     state = load.read_state(path)
     if state.world_size != world_size:
         # Refused, not converted: the data split and each rank's RNG stream are functions
@@ -181,7 +193,7 @@ def resume_state(
             f"{path}: written by another run: {'; '.join(differs)}; pass the override flag "
             "to resume anyway"
         )
-    return load.load_checkpoint(path, model, optimizer, rank=rank)
+    return load.load_checkpoint(path, model, optimizer, rank=rank, loaders=loaders)
 
 
 class StopSignals:

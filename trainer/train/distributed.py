@@ -2,7 +2,7 @@
 DistributedDataParallel, and the few collectives the loop needs.
 
     with process_group(device) as world:          # world.rank, world.world_size, world.backend
-        model = wrap_data_parallel(model, world, device)
+        model = wrap_data_parallel(model, world, device)   # ddp (fsdp: trainer/train/fsdp.py)
         count = sum_int(local_count, world)       # all-reduce SUM
         stop = any_rank(not finite, world)        # every rank agrees
 
@@ -18,11 +18,15 @@ Rules:
   divides by the world size, which would need a compensating multiply (inexact for a
   world size that is not a power of two).
 - Collectives here move tensors only (never pickled objects).
+- The strategy (``training.data_parallel``): ``ddp`` here; ``fsdp`` shards the model
+  before AdamW is built (trainer/train/fsdp.py), under the same rules. A sharded model
+  is left alone by wrap_data_parallel; defer_sync is FSDP's no_sync for it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 from collections.abc import Iterator
@@ -34,7 +38,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from trainer.train import fsdp
+
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+STRATEGIES = ("ddp", "fsdp")  # training.data_parallel (trainer/config/schema.json)
 DEFAULT_TIMEOUT_S = 120.0
 
 
@@ -109,6 +116,10 @@ def process_group(device: torch.device) -> Iterator[World]:
     try:
         yield World(dist.get_rank(), dist.get_world_size(), local_rank, backend)
     finally:
+        # FSDP's garbage (reference cycles of its hooks and gloo work) goes while the group
+        # still exists: left to the interpreter's exit, it aborted about 1 gloo run in 10
+        # ("terminate called without an active exception", no Python frame).
+        gc.collect()
         dist.destroy_process_group()
 
 
@@ -124,9 +135,15 @@ def _sum_gradients(process_group, bucket):
     return work.get_future().then(lambda fut: fut.value()[0])
 
 
+def check_strategy(strategy: str) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"data_parallel must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+
+
 def wrap_data_parallel(model: nn.Module, world: World, device: torch.device) -> nn.Module:
-    """``model`` itself at world size 1; DistributedDataParallel summing gradients otherwise."""
-    if not world.distributed:
+    """``model`` itself at world size 1 or when FSDP already shards it (fsdp.wrap);
+    DistributedDataParallel summing gradients otherwise."""
+    if not world.distributed or fsdp.is_sharded(model):
         return model
     ddp = DistributedDataParallel(
         model,
@@ -144,8 +161,11 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 def defer_sync(model: nn.Module) -> contextlib.AbstractContextManager | None:
-    """DDP's no_sync for the micro-batches before a step's last (None when not DDP)."""
-    return model.no_sync() if isinstance(model, DistributedDataParallel) else None
+    """DDP's or FSDP's no_sync for the micro-batches before a step's last (None when
+    neither wraps the model)."""
+    if isinstance(model, DistributedDataParallel):
+        return model.no_sync()
+    return fsdp.no_sync(model) if fsdp.is_sharded(model) else None
 
 
 # ---------------------------------------------------------------- collectives

@@ -45,6 +45,9 @@ is agreed by all ranks before optimizer.step. Rank 0 alone writes the run manife
 metrics and checkpoints (each rank's RNG state gathered into them); every rank
 restores its own RNG on resume, and a checkpoint of another world size is refused.
 Without torchrun's environment the run is world size 1: no process group, no DDP.
+With ``data_parallel: fsdp`` (trainer/train/fsdp.py) the model is sharded over the ranks
+instead (FSDP2, gradients summed in the same way) before AdamW is built; checkpoints
+gather its full state for rank 0 and are the files a single process writes.
 
 CPU runs in float32; CUDA runs the forward under bf16 autocast when the config asks.
 Named seams (_run_seed, _planned_steps, _train_step, _zero_grad, _validation_batches)
@@ -68,11 +71,21 @@ from torch import Tensor, nn
 
 from trainer.checkpoint import rng
 from trainer.checkpoint.layout import CheckpointError
+from trainer.checkpoint.save import Gathered
 from trainer.checkpoint.state import TrainingState
 from trainer.data.loader import DataExhaustedError
 from trainer.model.config import LlamaConfig
 from trainer.model.llama import build_model
-from trainer.train import checkpointing, distributed, guards, loss, metrics, optim, preflight
+from trainer.train import (
+    checkpointing,
+    distributed,
+    fsdp,
+    guards,
+    loss,
+    metrics,
+    optim,
+    preflight,
+)
 from trainer.train.manifest import write_run_manifest
 from trainer.train.schedule import lr_at
 from trainer.train.sequences import SequenceSource, epoch_order
@@ -107,6 +120,7 @@ class LoopSettings:
     compile: bool = False
     log_interval: int = 1
     mixed_precision: str = "fp32"  # fp32 | bf16: bf16 autocast on CUDA only
+    data_parallel: str = "ddp"  # ddp | fsdp under torchrun (distributed.py); one process: unused
     resolved_config: dict | None = None  # written to the run manifest as is
     data_manifest: Path | None = None  # the data set's manifest.json (hashed into the run manifest)
     force_token_budget: bool = False
@@ -172,6 +186,7 @@ def settings_from_config(run_config: Any, **overrides: Any) -> LoopSettings:
         compile=training.compile,
         log_interval=c.monitoring.log_interval,
         mixed_precision=training.mixed_precision,
+        data_parallel=training.data_parallel,
         resolved_config=c.to_json(),
         data_manifest=Path(c.data.shards) / "manifest.json",
         force_token_budget=training.force_token_budget,
@@ -560,12 +575,18 @@ class _Run:
         if not self.world.distributed:
             saved = self.checkpointer.save(plan.step, model, optimizer, state)
         else:
-            # Weights and AdamW state are identical on every rank (DDP); the RNGs are not:
-            # every rank's go to rank 0, the one writer (a collective: all ranks call it).
+            # Weights and AdamW state are identical on every rank (DDP) or sharded over
+            # them (FSDP: gathered, in full, for rank 0); the RNGs differ: every rank's go to
+            # rank 0, the one writer. Collectives: all ranks call them.
+            gathered = None
+            if fsdp.is_sharded(model):
+                gathered = Gathered(*fsdp.full_state(model, optimizer))
             rank_rng = _gather_rng(self.world)
             if not self.world.is_main:
                 return
-            saved = self.checkpointer.save(plan.step, model, optimizer, state, rank_rng=rank_rng)
+            saved = self.checkpointer.save(
+                plan.step, model, optimizer, state, rank_rng=rank_rng, gathered=gathered
+            )
         if saved:
             self.result.checkpoints.append(plan.step)
 
@@ -596,7 +617,12 @@ def _start(
         )
     seed = _run_seed(settings)
     _seed_everything(seed)
+    distributed.check_strategy(settings.data_parallel)
     model = build_model(settings.model, device=device, seed=seed)
+    if settings.data_parallel == "fsdp":
+        # FSDP swaps the parameters for sharded ones: AdamW must be built over those (and
+        # a resume re-shards the checkpoint's full state into them). DDP wraps below.
+        model = fsdp.wrap(model, world, device, mixed_precision=settings.mixed_precision)
     optimizer = optim.build_adamw(
         model,
         lr=settings.lr,
@@ -700,6 +726,7 @@ def _resume(
         override=settings.resume_override,
         world_size=world.world_size,
         rank=world.rank,
+        loaders=fsdp.LOADERS if fsdp.is_sharded(model) else None,
     )
     if state.scheduler_step != state.step:
         raise CheckpointError(

@@ -14,6 +14,9 @@ Rules (C-TRAINING-LOOP):
   get_total_norm followed by clip_grads_with_norm_, called here as two steps so each has
   a named seam (_global_norm, _scale_gradients, _reported_norm) for
   tests/mutants/loop_parts.py.
+- Sharded gradients (FSDP's DTensors, trainer/train/fsdp.py): get_total_norm reduces each
+  rank's shard norms over the ranks; the DTensor norm scales the DTensor gradients, and
+  its full (replicated) value is the one checked and reported - the same on every rank.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections.abc import Iterable
 
 import torch
 from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
 
 from trainer.model.llama import RMSNorm
 
@@ -128,6 +132,12 @@ def clip_gradients(parameters: Iterable[Tensor], max_norm: float | None) -> floa
     if max_norm is not None and not (math.isfinite(max_norm) and max_norm > 0):
         raise ValueError(f"max_norm must be finite and > 0 (or None), got {max_norm}")
     total_norm = _global_norm(params)
-    if max_norm is not None and torch.isfinite(total_norm):
+    full_norm = _full(total_norm)
+    if max_norm is not None and torch.isfinite(full_norm):
         _scale_gradients(params, max_norm, total_norm)
-    return _reported_norm(total_norm, params)
+    return _reported_norm(full_norm, params)
+
+
+def _full(norm: Tensor) -> Tensor:
+    """A plain tensor of the norm's global value (a collective for a sharded one)."""
+    return norm.full_tensor() if isinstance(norm, DTensor) else norm

@@ -9,8 +9,11 @@ rank), then trains the tiny model of loop_support on padded sequences whose non-
 counts differ from row to row (so ranks hold unequal token counts), and rank 0 writes
 OUT/result.json (per-step losses and grad norms as exact hex floats, the checkpoint steps)
 and OUT/weights.safetensors (the final weights). SPEC holds the LoopSettings overrides
-(micro_batch, max_steps, ...) and optionally "checkpoints": true and "resume": true
-(checkpoints in OUT/checkpoints; resume from its latest).
+(micro_batch, max_steps, data_parallel, resume_from, ...) and optionally "checkpoints":
+true and "resume": true (checkpoints in OUT/checkpoints; resume from its latest).
+
+SPEC {"runs": {NAME: SPEC, ...}} takes several runs one after the other, each into
+OUT/NAME, in one process group that outlives them (one torchrun launch, not one each).
 """
 
 from __future__ import annotations
@@ -58,9 +61,9 @@ def run(spec: dict, out: Path) -> None:
     if resume:
         overrides["resume_from"] = "latest"
     result = train(settings(**overrides), data, None)
+    weights = _final_weights(result.model)  # every rank: gathering shards is a collective
     if os.environ.get("RANK", "0") != "0":
         return
-    weights = {k: v.detach().contiguous() for k, v in result.model.state_dict().items()}
     save_file(weights, str(out / "weights.safetensors"))
     record = {
         "losses": [float(x).hex() for x in result.losses],
@@ -71,8 +74,33 @@ def run(spec: dict, out: Path) -> None:
     (out / "result.json").write_text(json.dumps(record), encoding="utf-8")
 
 
+def _final_weights(model) -> dict:
+    from trainer.train import fsdp  # noqa: PLC0415
+
+    if fsdp.is_sharded(model):
+        return {k: v.contiguous() for k, v in fsdp.full_state(model, None)[0].items()}
+    return {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+
+
+def run_all(runs: dict[str, dict], out: Path) -> None:
+    """Each run into OUT/NAME, in order, in one process group (joined here, so train()
+    uses it and leaves it alone)."""
+    import torch  # noqa: PLC0415
+
+    from trainer.train import distributed  # noqa: PLC0415
+
+    with distributed.process_group(torch.device("cpu")):
+        for name, spec in runs.items():
+            (out / name).mkdir(parents=True, exist_ok=True)
+            run(spec, out / name)
+
+
 if __name__ == "__main__":
     mutants.apply_from_env(ROOT)
     target = Path(sys.argv[2])
     target.mkdir(parents=True, exist_ok=True)
-    run(json.loads(Path(sys.argv[1]).read_text(encoding="utf-8")), target)
+    given = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
+    if "runs" in given:
+        run_all(given["runs"], target)
+    else:
+        run(given, target)

@@ -38,7 +38,8 @@ def torchrun_argv(nproc: int, module: str, *args: str) -> list[str]:
 
 def run_child(out: Path, spec: dict, *, nproc: int | None) -> dict:
     """distributed_child with ``spec`` on ``nproc`` torchrun ranks (None: one plain
-    process, world size 1); returns rank 0's result.json with floats decoded."""
+    process, world size 1); returns rank 0's result.json with floats decoded ({NAME:
+    result} for a spec of several "runs")."""
     out.mkdir(parents=True, exist_ok=True)
     spec_file = out / "spec.json"
     spec_file.write_text(json.dumps(spec), encoding="utf-8")
@@ -58,6 +59,13 @@ def run_child(out: Path, spec: dict, *, nproc: int | None) -> dict:
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    if "runs" in spec:
+        return {name: read_result(out / name) for name in spec["runs"]}
+    return read_result(out)
+
+
+def read_result(out: Path) -> dict:
+    """distributed_child's OUT/result.json with the floats decoded."""
     result = json.loads((out / "result.json").read_text(encoding="utf-8"))
     for key in ("losses", "grad_norms"):
         result[key] = [float.fromhex(x) for x in result[key]]

@@ -103,6 +103,19 @@ def test_keep_checkpoints_below_two_is_refused_at_its_line(tmp_path):
     assert kept.training.keep_checkpoints == 5
 
 
+def test_data_parallel_is_ddp_or_fsdp_and_anything_else_is_refused_at_its_line(tmp_path):
+    assert load_config(write(tmp_path, MINIMAL)).training.data_parallel == "ddp"
+    text = MINIMAL.replace("  output_dir: out/", "  output_dir: out/\n  data_parallel: fsdp")
+    cfg = load_config(write(tmp_path, text))
+    assert cfg.training.data_parallel == "fsdp"
+    assert cfg.to_json()["training"]["data_parallel"] == "fsdp"
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, text.replace("data_parallel: fsdp", "data_parallel: zero3")))
+    assert "training.data_parallel" in str(err.value) and ":15:18:" in str(err.value), str(
+        err.value
+    )
+
+
 def test_grad_clip_null_turns_clipping_off(tmp_path):
     cfg = load_config(
         write(tmp_path, MINIMAL.replace("  lr: 3.0e-4", "  lr: 3.0e-4\n  grad_clip: null"))

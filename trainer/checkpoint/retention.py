@@ -3,6 +3,11 @@
 K >= 2 because the newest may be the one a crash or a bad disk just corrupted; the best
 by validation loss is what ships if later steps overfit. Invalid checkpoints are left on
 disk for inspection and never counted as kept.
+
+A pruned checkpoint is first renamed to step-NNNNNNNN.deleting (one atomic rename, the
+parent fsynced), then deleted: a kill in the middle of the deletion leaves a directory no
+loader lists, never a step-NNNNNNNN that has lost some of its files. The next prune
+finishes what a killed one left.
 """
 
 from __future__ import annotations
@@ -11,8 +16,11 @@ import json
 import shutil
 from pathlib import Path
 
+from trainer.checkpoint.durable import fsync_dir
 from trainer.checkpoint.layout import STAGING_SUFFIX, STATE_FILE, checkpoint_dirs
 from trainer.checkpoint.verify import inspect_checkpoint
+
+DELETING_SUFFIX = ".deleting"
 
 
 def _val_loss(path: Path) -> float | None:
@@ -32,8 +40,14 @@ def prune(run_dir: Path, keep: int) -> list[Path]:
         kept.add(min(scored, key=lambda lp: lp[0])[1])
     removed = [p for p in valid if p not in kept]
     for path in removed:
-        shutil.rmtree(path)
-    for staging in run_dir.glob(f"step-*{STAGING_SUFFIX}"):
-        shutil.rmtree(staging)  # a crashed save's leftovers; saves do not overlap
-        removed.append(staging)
+        retired = path.with_name(path.name + DELETING_SUFFIX)
+        path.rename(retired)  # out of every loader's sight in one step
+        fsync_dir(run_dir)
+        shutil.rmtree(retired)
+    for suffix in (STAGING_SUFFIX, DELETING_SUFFIX):
+        # A crashed save's staging directory, or a prune killed mid-deletion; saves and
+        # prunes do not overlap.
+        for leftover in run_dir.glob(f"step-*{suffix}"):
+            shutil.rmtree(leftover)
+            removed.append(leftover)
     return removed

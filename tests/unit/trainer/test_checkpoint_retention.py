@@ -3,11 +3,15 @@ the ``latest`` pointer names the newest save."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from tests.unit.trainer.checkpoint_support import save, trained
-from trainer.checkpoint.layout import LATEST_POINTER, MANIFEST_FILE, step_dir_name
+from trainer.checkpoint.layout import LATEST_POINTER, MANIFEST_FILE, checkpoint_dirs, step_dir_name
 from trainer.checkpoint.retention import prune
+from trainer.checkpoint.verify import inspect_checkpoint
 
 
 def test_prune_keeps_the_latest_k_and_the_best_by_validation_loss(tmp_path):
@@ -37,3 +41,29 @@ def test_prune_never_counts_an_invalid_checkpoint_as_kept_and_refuses_k_below_2(
     assert left == [step_dir_name(5), step_dir_name(10), step_dir_name(15)]
     with pytest.raises(ValueError, match="keep must be >= 2"):
         prune(tmp_path, keep=1)
+
+
+def test_a_prune_killed_mid_deletion_leaves_no_checkpoint_missing_files(tmp_path, monkeypatch):
+    model, optimizer = trained(steps=1)
+    for step in (5, 10, 15):
+        save(tmp_path, step, model, optimizer)
+    real_rmtree = shutil.rmtree
+
+    def killed_after_the_manifest(path, *args, **kwargs):
+        (Path(path) / MANIFEST_FILE).unlink()  # the deletion has begun ...
+        raise KeyboardInterrupt("killed mid-deletion")  # ... and the process dies
+
+    monkeypatch.setattr(shutil, "rmtree", killed_after_the_manifest)
+    with pytest.raises(KeyboardInterrupt):
+        prune(tmp_path, keep=2)
+    listed = checkpoint_dirs(tmp_path)
+    assert [p.name for p in listed] == [step_dir_name(15), step_dir_name(10)]
+    assert all(inspect_checkpoint(p).valid for p in listed)
+
+    monkeypatch.setattr(shutil, "rmtree", real_rmtree)
+    removed = prune(tmp_path, keep=2)  # the next prune finishes the killed one's work
+    assert [p.name for p in removed] == [step_dir_name(5) + ".deleting"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [
+        step_dir_name(10),
+        step_dir_name(15),
+    ]

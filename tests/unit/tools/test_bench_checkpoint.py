@@ -1,0 +1,232 @@
+"""tools/bench_checkpoint.py measures what it says: ratios and verdicts come from the measured
+seconds, reads start from a cold page cache (or the run stops), a load that restores nothing
+stops the run, and a tiny end-to-end run writes complete, JSON-clean evidence and leaves no
+scratch behind.
+
+No speed is asserted (measure, don't assert speed in tests): a 2 MB tiny-preset checkpoint
+says nothing about the 370M one, only that the benchmark runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+
+from tools import bench_checkpoint as bench
+from trainer.checkpoint import durable, load
+from trainer.model.config import preset
+
+SECONDS = ("save_s", "raw_write_s", "load_s", "raw_read_s")
+
+
+def _repeats(**series: list[float]) -> list[dict[str, float]]:
+    return [
+        dict(zip(SECONDS, values, strict=True)) for values in zip(*series.values(), strict=True)
+    ]
+
+
+def test_summarize_takes_medians_and_ratios_of_the_measured_seconds():
+    rounds = _repeats(
+        save_s=[2.0, 4.0, 3.0],  # median 3.0
+        raw_write_s=[2.5, 2.0, 2.2],  # median 2.2 -> save at 2.2 / 3.0 = 73 % of raw: missed
+        load_s=[1.0, 1.2, 1.1],  # median 1.1
+        raw_read_s=[0.9, 0.99, 0.95],  # median 0.95 -> load at 86 % of raw: met
+    )
+    result = bench.summarize(rounds, nbytes=1000)
+    assert result["median_s"] == {
+        "save_s": 3.0,
+        "raw_write_s": 2.2,
+        "load_s": 1.1,
+        "raw_read_s": 0.95,
+    }
+    bw = result["bandwidth_bytes_per_s"]
+    assert bw == pytest.approx(
+        {"save": 1000 / 3.0, "raw_write": 1000 / 2.2, "load": 1000 / 1.1, "raw_read": 1000 / 0.95}
+    )
+    assert result["ratio"] == pytest.approx({"save": 2.2 / 3.0, "load": 0.95 / 1.1})
+    assert result["target_ratio"] == 0.80
+    assert result["target_met"] == {"save": False, "load": True}
+    assert result["paired_ratio"]["save"] == pytest.approx([2.5 / 2.0, 2.0 / 4.0, 2.2 / 3.0])
+    assert result["paired_ratio_median"]["save"] == pytest.approx(2.2 / 3.0)
+    # Rounds 0 and 2 ran the checkpoint first, round 1 the raw side.
+    by_order = result["paired_ratio_median_by_order"]
+    assert by_order["checkpoint first"]["save"] == pytest.approx((2.5 / 2.0 + 2.2 / 3.0) / 2)
+    assert by_order["raw first"]["save"] == pytest.approx(2.0 / 4.0)
+    assert result["relative_spread"]["save"] == pytest.approx((4.0 - 2.0) / 3.0)
+
+
+@pytest.mark.parametrize(
+    ("raw_s", "met"),
+    [(0.8, True), (0.79, False)],  # 80 % exactly meets the target; a hair under misses
+)
+def test_the_verdict_turns_at_the_target(raw_s, met):
+    rounds = _repeats(save_s=[1.0], raw_write_s=[raw_s], load_s=[1.0], raw_read_s=[raw_s])
+    result = bench.summarize(rounds, nbytes=4096)
+    assert result["target_met"] == {"save": met, "load": met}
+
+
+def test_a_clock_that_did_not_advance_is_refused():
+    rounds = _repeats(save_s=[0.0], raw_write_s=[1.0], load_s=[1.0], raw_read_s=[1.0])
+    with pytest.raises(bench.BenchmarkError, match="clock did not advance"):
+        bench.summarize(rounds, nbytes=10)
+
+
+def test_eviction_takes_a_file_just_written_out_of_the_page_cache(tmp_path):
+    path = tmp_path / "data.bin"
+    path.write_bytes(bytes(range(256)) * 16384)  # 4 MiB, written through the page cache
+    path.read_bytes()
+    assert bench.resident_fraction([path]) > 0.9  # mincore sees the cached pages ...
+    left = bench.cold([path], drop_caches=False)
+    assert left <= bench.MAX_RESIDENT  # ... and their absence after eviction
+    assert bench.resident_fraction([path]) == left
+
+
+def test_the_raw_file_holds_the_source_bytes_in_order_at_the_exact_size(tmp_path):
+    sources = [memoryview(b"abcdefg"), memoryview(b""), memoryview(b"XYZ")]
+    path = tmp_path / "raw.bin"
+    seconds = bench.raw_write(path, 23, sources, chunk_bytes=4)
+    assert seconds > 0
+    assert path.read_bytes() == b"abcdefgXYZ" * 2 + b"abc"  # cycled, cut at 23 bytes
+    buffer = bytearray(5)
+    read_s, got = bench.raw_read(path, buffer)
+    assert got == 23 and read_s > 0
+
+
+def test_the_raw_source_is_the_checkpoints_tensor_bytes():
+    model, optimizer = bench.trained_one_step(preset("tiny"), seed=0)
+    sources = bench.tensor_bytes(model, optimizer)
+    params = sum(p.numel() for p in model.parameters())
+    # fp32 weights + exp_avg + exp_avg_sq, and one fp32 step count per parameter tensor.
+    n_tensors = len(list(model.parameters()))
+    assert sum(len(s) for s in sources) == 3 * 4 * params + 4 * n_tensors
+    embed = model.state_dict()["model.embed_tokens.weight"]
+    assert bytes(sources[0]) == embed.numpy().tobytes()
+
+
+def _tiny_bench(tmp_path: Path) -> tuple[bench._Bench, Path]:
+    model, optimizer = bench.trained_one_step(preset("tiny"), seed=0)
+    b = bench._Bench(
+        model=model,
+        optimizer=optimizer,
+        state=bench._training_state("tiny"),
+        expected=bench.fingerprint(model, optimizer),
+        write_chunk=64 * 1024,
+        read_buffer=bytearray(64 * 1024),
+        drop_caches=False,
+    )
+    return b, bench.measure_save(b, tmp_path / "run")["checkpoint"]
+
+
+@pytest.mark.parametrize("side", ["load", "raw read"])
+def test_a_read_that_would_come_from_ram_stops_the_run(tmp_path, monkeypatch, side):
+    b, checkpoint = _tiny_bench(tmp_path)
+    raw_file = tmp_path / "raw.bin"
+    bench.raw_write(raw_file, 100_000, bench.tensor_bytes(b.model, b.optimizer), b.write_chunk)
+    for path in [raw_file, *bench.checkpoint_files(checkpoint.parent)]:
+        path.read_bytes()  # cached now
+    monkeypatch.setattr(bench, "evict", lambda paths, drop_caches: None)  # forgets to evict
+    with pytest.raises(bench.BenchmarkError, match="still in the page cache"):
+        if side == "load":
+            bench.measure_load(b, checkpoint)
+        else:
+            bench.measure_raw_read(b, raw_file, 100_000)
+
+
+def test_a_load_that_restores_nothing_stops_the_run(tmp_path, monkeypatch):
+    b, checkpoint = _tiny_bench(tmp_path)
+    # A loader that verifies the files but never restores them into the model/optimizer.
+    monkeypatch.setattr(load, "load_checkpoint", lambda path, *_: load.verify_checkpoint(path))
+    with pytest.raises(bench.BenchmarkError, match="did not restore"):
+        bench.measure_load(b, checkpoint)
+    assert bench.fingerprint(b.model, b.optimizer) != b.expected  # zeroed, not restored
+
+
+def test_a_load_restores_exactly_what_was_saved(tmp_path):
+    b, checkpoint = _tiny_bench(tmp_path)
+    measured = bench.measure_load(b, checkpoint)
+    assert bench.fingerprint(b.model, b.optimizer) == b.expected
+    assert 0 < measured["load_hash_s"] < measured["load_s"]  # verification is inside the load
+
+
+def _positive_finite(value: object) -> bool:
+    return isinstance(value, float) and math.isfinite(value) and value > 0
+
+
+def test_tiny_run_end_to_end_writes_complete_evidence(tmp_path):
+    out = tmp_path / "evidence" / "bench.json"
+    scratch = tmp_path / "scratch"
+    argv = ["--preset", "tiny", "--repeats", "2", "--dir", str(scratch), "--no-drop-caches"]
+    assert bench.main([*argv, "--read-chunk-kib", "256", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())  # NaN/inf would not have been written
+    assert list(scratch.iterdir()) == []  # checkpoints and raw files cleaned up
+
+    workload = result["workload"]
+    files = workload["checkpoint_files"]
+    assert workload["checkpoint_bytes"] == sum(files.values())
+    params = workload["parameters"]
+    assert params == 158_016
+    # AdamW state really is there: exp_avg and exp_avg_sq of every fp32 parameter.
+    assert files["step-00000001/optimizer.safetensors"] > 2 * 4 * params
+    assert files["step-00000001/model.safetensors"] > 4 * params
+    assert workload["roundtrip_exact"] is True
+    assert workload["sha256_included"] == {"save": True, "load": True}
+
+    rounds = result["repeats"]
+    assert [r["order"] for r in rounds] == ["checkpoint first", "raw first"]
+    for r in rounds:
+        assert all(_positive_finite(r[k]) for k in SECONDS), r
+        assert r["bytes"] == workload["checkpoint_bytes"]
+        assert 0 < r["save_hash_s"] < r["save_s"] and 0 < r["load_hash_s"] < r["load_s"]
+        assert 0 < r["save_optimizer_copy_s"] < r["save_s"]
+        assert r["load_resident_before"] <= bench.MAX_RESIDENT
+        assert r["raw_read_resident_before"] <= bench.MAX_RESIDENT
+        assert _positive_finite(r["load_first_touch_s"])
+        assert isinstance(r["optimizer_state_file_mapped"], bool)
+
+    # The summary is the per-repeat seconds, not numbers from elsewhere.
+    medians = {k: statistics.median(r[k] for r in rounds) for k in SECONDS}
+    assert result["median_s"] == pytest.approx(medians)
+    assert result["ratio"]["save"] == pytest.approx(medians["raw_write_s"] / medians["save_s"])
+    assert result["ratio"]["load"] == pytest.approx(medians["raw_read_s"] / medians["load_s"])
+    assert result["target_met"] == {k: v >= 0.80 for k, v in result["ratio"].items()}
+    assert result["bandwidth_bytes_per_s"]["raw_read"] == pytest.approx(
+        workload["checkpoint_bytes"] / medians["raw_read_s"]
+    )
+
+    touch = result["load_first_touch"]
+    with_touch = statistics.median(r["load_s"] + r["load_first_touch_s"] for r in rounds)
+    assert touch["ratio_load_plus_first_touch"] == pytest.approx(medians["raw_read_s"] / with_touch)
+
+    eviction = result["cache_eviction"]
+    assert eviction["drop_caches"] == "disabled (--no-drop-caches)"
+    assert eviction["max_resident_fraction_seen"] <= bench.MAX_RESIDENT
+    assert result["command"].startswith("python tools/bench_checkpoint.py --preset tiny")
+    assert len(result["git"]["commit"]) == 40
+    assert result["machine"]["cpu_count"] >= 1
+
+
+def test_bad_arguments_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="repeats must be >= 1"):
+        bench.run_benchmark("tiny", repeats=0, directory=tmp_path)
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        bench.run_benchmark("huge", repeats=1, directory=tmp_path)
+
+
+# trainer/checkpoint/durable.sha256_file was made pipelined (a reader thread) for this
+# benchmark's load numbers; the checkpoint tests only hash files smaller than one chunk.
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 3 * 4096 + 123])
+def test_pipelined_sha256_equals_hashlib_across_chunk_boundaries(tmp_path, monkeypatch, size):
+    monkeypatch.setattr(durable, "_CHUNK", 4096)
+    data = bytes((i * 7 + i // 4096) % 256 for i in range(size))
+    path = tmp_path / "data.bin"
+    path.write_bytes(data)
+    assert durable.sha256_file(path) == hashlib.sha256(data).hexdigest()
+
+
+def test_pipelined_sha256_raises_what_the_read_raises(tmp_path):
+    with pytest.raises(IsADirectoryError):
+        durable.sha256_file(tmp_path)

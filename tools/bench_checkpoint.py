@@ -1,0 +1,779 @@
+"""Benchmark checkpoint save and load against the same disk's raw sequential write and read,
+side by side in one run; write the numbers as JSON (issue 7: a full 370M checkpoint, weights
++ AdamW state, saves and loads at >= 80 % of the disk's raw sequential bandwidth).
+
+    python tools/bench_checkpoint.py --out evidence/benchmarks/checkpoint-io-370m-cpu.json
+    python tools/bench_checkpoint.py --preset tiny --repeats 1 --no-drop-caches  # seconds
+
+"save" is trainer.checkpoint.save.save_checkpoint as the trainer calls it, on the preset's
+model and a torch AdamW (trainer.train.optim.build_adamw) after one real optimizer step, so
+optimizer.safetensors holds exp_avg and exp_avg_sq of every parameter. Its time includes
+the optimizer-state copy, every fsync and the sha256 of every file for manifest.json.
+"load" is trainer.checkpoint.load.load_checkpoint into the same model and optimizer (zeroed
+first, so a load that restores nothing is caught): it verifies the size and sha256 of every
+file before reading any of them, as a resume does, then restores weights, AdamW state and
+RNGs. The hashing inside each is timed too (``hash_s``), so the JSON splits it out.
+safetensors returns the AdamW tensors on a copy-on-write mapping of optimizer.safetensors,
+so the loader returns before their pages are faulted in; that deferred cost is measured
+right after each load (``load_first_touch_s``) and reported beside, not inside, load_s.
+"raw" is one file of exactly the checkpoint's byte count in the same directory, holding
+the same weight and AdamW bytes (a storage layer that compresses or deduplicates treats both
+sides alike): written with sequential write() calls of ``--write-chunk-kib`` and fsynced,
+then read back with sequential readinto() calls of ``--read-chunk-kib`` into one buffer. It
+is the ceiling the checkpoint is held to, so its chunk sizes are the faster ones measured on
+the development VM (interleaved runs, median MiB/s): writes 1 MiB 1445 vs 64 MiB 642 (64
+MiB writes were erratic there, 330-1670), reads 64 MiB 1382 vs 16 MiB 1274 vs 1 MiB 1154.
+
+Fairness:
+- Every read (raw and load) starts from a cold page cache: each file to be read is fsynced
+  and dropped with posix_fadvise(POSIX_FADV_DONTNEED); ``sync; echo 1 >
+  /proc/sys/vm/drop_caches`` follows where permitted (--no-drop-caches turns it off). Then
+  mincore(2) counts the files' pages still resident; above 1 % the run stops, because a
+  read served from RAM is not the disk's bandwidth. (A hypervisor's own cache under a
+  virtual disk is out of reach of both; it would serve raw and checkpoint alike.)
+- Every write starts after os.sync(), so no earlier write-back is still pending.
+- Repeats pair each checkpoint measurement with its raw twin right next to it (save with
+  raw write, load with raw read); the checkpoint goes first in even rounds, raw in odd ones,
+  so drift hits both; medians are reported, paired ratios beside them, also by order. The
+  default of 4 repeats gives each side the first slot equally often: on the development
+  VM the time of a 4.5 GB write depended 2-3x on what had run just before it, and an odd
+  count would hand the more frequent slot to one side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import dataclasses
+import json
+import mmap
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import safetensors
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from trainer.checkpoint import load, optimizer_state, save  # noqa: E402 - needs ROOT on sys.path
+from trainer.checkpoint.layout import OPTIMIZER_FILE  # noqa: E402
+from trainer.checkpoint.state import TrainingState, config_hash  # noqa: E402
+from trainer.model.config import LlamaConfig, preset  # noqa: E402
+from trainer.model.llama import Llama, build_model  # noqa: E402
+from trainer.train import loss, optim  # noqa: E402
+
+BANDWIDTH_TARGET = 0.80  # issue 7: save and load each >= 80 % of raw sequential bandwidth
+MAX_RESIDENT = 0.01  # a "cold" read may find at most this fraction of its pages cached
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+MODEL_SEED = 0
+STEP = 1  # the checkpoint's step: one optimizer step has been taken
+MIB = 1024 * 1024
+
+
+class BenchmarkError(RuntimeError):
+    """The run cannot produce a meaningful number; the message says which and why."""
+
+
+# ---------------------------------------------------------------- page cache
+
+
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    return libc
+
+
+def resident_pages(path: Path) -> tuple[int, int]:
+    """(pages of ``path`` in the page cache, pages of ``path``), from mincore(2).
+
+    Python's mmap module has no mincore, so the file is mapped through libc; mapping and
+    asking fault nothing in.
+    """
+    size = path.stat().st_size
+    page = mmap.PAGESIZE
+    pages = (size + page - 1) // page
+    if pages == 0:
+        return 0, 0
+    libc = _libc()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), f"{path}: mmap for mincore failed")
+        try:
+            vec = ctypes.create_string_buffer(pages)
+            if libc.mincore(addr, size, vec) != 0:
+                raise OSError(ctypes.get_errno(), f"{path}: mincore failed")
+            return sum(b & 1 for b in vec.raw), pages
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+
+
+def resident_fraction(paths: list[Path]) -> float:
+    """The share of the pages of ``paths`` that are in the page cache."""
+    counts = [resident_pages(p) for p in paths]
+    total = sum(n for _, n in counts)
+    if total == 0:
+        raise BenchmarkError(f"no bytes to read in {[str(p) for p in paths]}")
+    return sum(r for r, _ in counts) / total
+
+
+def drop_caches_status(enabled: bool) -> str:
+    """Whether drop_caches will be written: "used", or why not (tried once here)."""
+    if not enabled:
+        return "disabled (--no-drop-caches)"
+    try:
+        os.sync()
+        DROP_CACHES.write_text("1\n")
+    except OSError as exc:
+        return f"not permitted ({exc.strerror or exc})"
+    return "used"
+
+
+def evict(paths: list[Path], *, drop_caches: bool) -> None:
+    """Drop ``paths`` from the page cache: fsync + POSIX_FADV_DONTNEED, then drop_caches."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # dirty pages cannot be dropped
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    if drop_caches:
+        os.sync()
+        DROP_CACHES.write_text("1\n")  # page cache only (1), not dentries and inodes
+
+
+def cold(paths: list[Path], *, drop_caches: bool) -> float:
+    """Evict ``paths``, check they are out of the cache; returns the resident fraction left."""
+    evict(paths, drop_caches=drop_caches)
+    left = resident_fraction(paths)
+    if left > MAX_RESIDENT:
+        raise BenchmarkError(
+            f"{left:.1%} of the pages of {[p.name for p in paths]} are still in the page cache "
+            f"after eviction (at most {MAX_RESIDENT:.0%} allowed): a read would measure RAM, "
+            "not the disk"
+        )
+    return left
+
+
+# ---------------------------------------------------------------- raw I/O
+
+
+def tensor_bytes(model: Llama, optimizer: torch.optim.Optimizer) -> list[memoryview]:
+    """The bytes of every weight and AdamW state tensor: the raw writer's source.
+
+    The raw file holds the same numbers as the checkpoint, so a storage layer that
+    compresses or deduplicates treats both sides alike. Built per write and dropped after:
+    a load replaces the AdamW tensors, and a view kept alive would pin the old ones.
+    """
+    tensors = [*model.state_dict().values(), *_state_tensors(model, optimizer)]
+    return [
+        memoryview(t.detach().contiguous().reshape(-1).view(torch.uint8).numpy())
+        for t in tensors
+        if t.numel()
+    ]
+
+
+def _pieces(sources: list[memoryview], nbytes: int, chunk_bytes: int) -> Iterator[memoryview]:
+    """``nbytes`` of ``sources`` in order (from the start again if they run out), in pieces
+    of at most ``chunk_bytes``."""
+    if sum(len(s) for s in sources) == 0:
+        raise BenchmarkError("no source bytes to write")
+    left = nbytes
+    while left:
+        for source in sources:
+            for start in range(0, len(source), chunk_bytes):
+                piece = source[start : start + min(chunk_bytes, left)]
+                yield piece
+                left -= len(piece)
+                if not left:
+                    return
+
+
+def raw_write(path: Path, nbytes: int, sources: list[memoryview], chunk_bytes: int) -> float:
+    """Seconds to write ``nbytes`` of ``sources`` to a new ``path`` sequentially and fsync it."""
+    os.sync()
+    started = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        for piece in _pieces(sources, nbytes, chunk_bytes):
+            done = 0
+            while done < len(piece):  # write() may take less than it is given
+                done += os.write(fd, piece[done:])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return time.perf_counter() - started
+
+
+def raw_read(path: Path, buffer: bytearray) -> tuple[float, int]:
+    """(seconds, bytes) to read ``path`` sequentially into ``buffer``, chunk by chunk."""
+    view = memoryview(buffer)
+    total = 0
+    started = time.perf_counter()
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(view):
+            total += n
+    return time.perf_counter() - started, total
+
+
+# ---------------------------------------------------------------- the checkpoint side
+
+
+@contextlib.contextmanager
+def timed_calls(owner: object, name: str, seconds: list[float]) -> Iterator[None]:
+    """While open, every call of ``owner.name`` appends its duration to ``seconds``.
+
+    Splits the hashing out of a save or load without changing what either does.
+    """
+    original: Callable[..., Any] = getattr(owner, name)
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - started)
+
+    setattr(owner, name, timed)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def trained_one_step(cfg: LlamaConfig, *, seed: int) -> tuple[Llama, torch.optim.AdamW]:
+    """The model and AdamW after one real optimizer step on a tiny batch: full AdamW state."""
+    model = build_model(cfg, seed=seed)
+    optimizer = optim.build_adamw(model, lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, cfg.vocab_size, (1, 9), generator=generator)
+    loss.accumulate_gradients(model, [loss.next_token_pairs(tokens)])
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    missing = [n for n, p in model.named_parameters() if set(optimizer.state[p]) != _ADAMW_STATE]
+    if missing:
+        raise BenchmarkError(f"AdamW state not populated for {missing[:3]} ({len(missing)})")
+    return model, optimizer
+
+
+_ADAMW_STATE = {"step", "exp_avg", "exp_avg_sq"}
+
+
+def fingerprint(model: Llama, optimizer: torch.optim.Optimizer) -> list[float]:
+    """Float64 sums of every weight and AdamW state tensor: equal after an exact round trip."""
+    with torch.no_grad():
+        sums = [float(p.double().sum()) for p in model.parameters()]
+        for p in model.parameters():
+            sums.extend(float(optimizer.state[p][k].double().sum()) for k in sorted(_ADAMW_STATE))
+    return sums
+
+
+def zero_everything(model: Llama, optimizer: torch.optim.Optimizer) -> None:
+    """Overwrite weights and AdamW state, so only a real load can bring the values back."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+            for value in optimizer.state[p].values():
+                value.zero_()
+
+
+def checkpoint_files(run_dir: Path) -> list[Path]:
+    return sorted(p for p in run_dir.rglob("*") if p.is_file())
+
+
+def timed_save(
+    run_dir: Path, model: Llama, optimizer: torch.optim.Optimizer, state: TrainingState
+) -> dict[str, Any]:
+    hashing: list[float] = []
+    copying: list[float] = []
+    os.sync()
+    with (
+        timed_calls(save, "build_manifest", hashing),
+        timed_calls(optimizer_state, "optimizer_tensors", copying),
+    ):
+        started = time.perf_counter()
+        path = save.save_checkpoint(
+            run_dir, step=state.step, model=model, optimizer=optimizer, state=state
+        )
+        seconds = time.perf_counter() - started
+    return {
+        "path": path,
+        "seconds": seconds,
+        "hash_s": _one(hashing, "save.build_manifest"),
+        "optimizer_copy_s": _one(copying, "optimizer_state.optimizer_tensors"),
+    }
+
+
+def timed_load(path: Path, model: Llama, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    hashing: list[float] = []
+    with timed_calls(load, "verify_checkpoint", hashing):
+        started = time.perf_counter()
+        load.load_checkpoint(path, model, optimizer)
+        seconds = time.perf_counter() - started
+    return {"seconds": seconds, "hash_s": _one(hashing, "load.verify_checkpoint")}
+
+
+def first_touch_s(model: Llama, optimizer: torch.optim.Optimizer) -> float:
+    """Seconds to touch one element of every page of every weight and AdamW state tensor.
+
+    safetensors' load_file hands back the optimizer's tensors on a private (copy-on-write)
+    mapping of optimizer.safetensors, so the loader returns before their pages are faulted
+    in; the first optimizer step after a resume pays that. This is that deferred cost (the
+    pages are in the page cache already: the verification read them).
+    """
+    started = time.perf_counter()
+    with torch.no_grad():
+        for t in [*model.parameters(), *_state_tensors(model, optimizer)]:
+            flat = t.detach().reshape(-1)
+            if flat.numel():
+                flat[:: max(1, mmap.PAGESIZE // t.element_size())].sum()
+    return time.perf_counter() - started
+
+
+def _state_tensors(model: Llama, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [v for p in model.parameters() for v in optimizer.state[p].values()]
+
+
+def mapped_into_process(path: Path) -> bool:
+    """Whether this process holds a memory mapping of ``path`` (/proc/self/maps)."""
+    target = str(path.resolve())
+    with open("/proc/self/maps", encoding="utf-8") as fh:
+        return any(line.rstrip("\n").endswith(target) for line in fh)
+
+
+def _one(seconds: list[float], what: str) -> float:
+    if len(seconds) != 1:
+        raise BenchmarkError(f"{what} ran {len(seconds)} times in one call; expected once")
+    return seconds[0]
+
+
+# ---------------------------------------------------------------- summary
+
+
+def bandwidth(nbytes: int, seconds: float) -> float:
+    """Bytes per second; a clock that did not advance is an error, not infinity."""
+    if seconds <= 0:
+        raise BenchmarkError(f"{nbytes} bytes in {seconds} s: the clock did not advance")
+    return nbytes / seconds
+
+
+def _spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def summarize(
+    repeats: list[dict[str, float]], nbytes: int, target: float = BANDWIDTH_TARGET
+) -> dict[str, Any]:
+    """Medians, bandwidths, ratios and verdicts from per-repeat seconds of the same bytes.
+
+    ``repeats``: one dict per repeat with ``save_s``, ``raw_write_s``, ``load_s`` and
+    ``raw_read_s``. The ratio of two bandwidths of equal bytes is the inverse ratio of
+    their median seconds.
+    """
+    if not repeats:
+        raise BenchmarkError("no repeats to summarize")
+    keys = ("save_s", "raw_write_s", "load_s", "raw_read_s")
+    series = {k: [float(r[k]) for r in repeats] for k in keys}
+    medians = {k: statistics.median(v) for k, v in series.items()}
+    bw = {k.removesuffix("_s"): bandwidth(nbytes, s) for k, s in medians.items()}
+    ratios = {
+        "save": bw["save"] / bw["raw_write"],
+        "load": bw["load"] / bw["raw_read"],
+    }
+    paired = {
+        "save": [w / s for s, w in zip(series["save_s"], series["raw_write_s"], strict=True)],
+        "load": [r / s for s, r in zip(series["load_s"], series["raw_read_s"], strict=True)],
+    }
+    return {
+        "median_s": medians,
+        "bandwidth_bytes_per_s": bw,
+        "bandwidth_mib_per_s": {k: v / MIB for k, v in bw.items()},
+        "ratio": ratios,
+        "paired_ratio": paired,
+        "paired_ratio_median": {k: statistics.median(v) for k, v in paired.items()},
+        # Rounds alternate which side runs first; the paired ratios of each order apart.
+        "paired_ratio_median_by_order": {
+            order: {k: statistics.median(v[i::2]) for k, v in paired.items()}
+            for i, order in enumerate(("checkpoint first", "raw first"))
+            if len(repeats) > i
+        },
+        # (max - min) / median per series: how much the machine alone moves a number.
+        "relative_spread": {k.removesuffix("_s"): _spread(v) for k, v in series.items()},
+        "target_ratio": target,
+        "target_met": {k: v >= target for k, v in ratios.items()},
+    }
+
+
+# ---------------------------------------------------------------- the benchmark
+
+
+def _free_bytes(directory: Path) -> int:
+    stats = os.statvfs(directory)
+    return stats.f_bavail * stats.f_frsize
+
+
+def _filesystem(directory: Path) -> dict[str, Any]:
+    """The mount holding ``directory`` (longest mount-point prefix in /proc/mounts)."""
+    resolved = str(directory.resolve())
+    best = {"mount_point": None, "device": None, "type": None}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/mounts").read_text().splitlines():
+            device, mount_point, fs_type, *_ = line.split()
+            inside = resolved == mount_point or resolved.startswith(mount_point.rstrip("/") + "/")
+            if inside and len(mount_point) >= len(best["mount_point"] or ""):
+                best = {"mount_point": mount_point, "device": device, "type": fs_type}
+    return {**best, "same_device_as_repo": os.stat(directory).st_dev == os.stat(ROOT).st_dev}
+
+
+def _estimated_bytes(model: Llama) -> int:
+    """fp32 weights + exp_avg + exp_avg_sq: what the checkpoint's tensors take."""
+    return 3 * sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+@dataclasses.dataclass
+class _Bench:
+    """What every measurement of one run shares."""
+
+    model: Llama
+    optimizer: torch.optim.AdamW
+    state: TrainingState
+    expected: list[float]  # fingerprint() of what was saved
+    write_chunk: int  # bytes per raw write() call
+    read_buffer: bytearray  # the raw reader's destination; its size is the read chunk
+    drop_caches: bool  # write drop_caches before reads (only when permitted)
+
+
+def measure_save(bench: _Bench, run_dir: Path) -> dict[str, Any]:
+    saved = timed_save(run_dir, bench.model, bench.optimizer, bench.state)
+    sizes = {str(p.relative_to(run_dir)): p.stat().st_size for p in checkpoint_files(run_dir)}
+    return {
+        "save_s": saved["seconds"],
+        "save_hash_s": saved["hash_s"],
+        "save_optimizer_copy_s": saved["optimizer_copy_s"],
+        "checkpoint": saved["path"],
+        "files": sizes,
+        "bytes": sum(sizes.values()),
+    }
+
+
+def measure_raw_write(bench: _Bench, raw_file: Path, nbytes: int) -> dict[str, Any]:
+    sources = tensor_bytes(bench.model, bench.optimizer)
+    return {"raw_write_s": raw_write(raw_file, nbytes, sources, bench.write_chunk)}
+
+
+def measure_load(bench: _Bench, checkpoint: Path) -> dict[str, Any]:
+    resident = cold(checkpoint_files(checkpoint.parent), drop_caches=bench.drop_caches)
+    zero_everything(bench.model, bench.optimizer)
+    loaded = timed_load(checkpoint, bench.model, bench.optimizer)
+    file_mapped = mapped_into_process(checkpoint / OPTIMIZER_FILE)
+    touch_s = first_touch_s(bench.model, bench.optimizer)
+    if fingerprint(bench.model, bench.optimizer) != bench.expected:
+        raise BenchmarkError(
+            f"{checkpoint}: the load did not restore the saved weights and AdamW state"
+        )
+    return {
+        "load_s": loaded["seconds"],
+        "load_hash_s": loaded["hash_s"],
+        "load_first_touch_s": touch_s,
+        "optimizer_state_file_mapped": file_mapped,
+        "load_resident_before": resident,
+    }
+
+
+def measure_raw_read(bench: _Bench, raw_file: Path, nbytes: int) -> dict[str, Any]:
+    resident = cold([raw_file], drop_caches=bench.drop_caches)
+    seconds, got = raw_read(raw_file, bench.read_buffer)
+    if got != nbytes:
+        raise BenchmarkError(f"{raw_file}: read {got} bytes, {nbytes} were written")
+    return {"raw_read_s": seconds, "raw_read_resident_before": resident}
+
+
+def run_round(bench: _Bench, scratch: Path, index: int, nbytes: int | None) -> dict[str, Any]:
+    """Save beside raw write, then load beside raw read; even rounds put the checkpoint first.
+
+    Round 0 is even: its save sets ``nbytes``, the size every raw file is written at.
+    """
+    run_dir, raw_file = scratch / f"run-{index}", scratch / f"raw-{index}.bin"
+    checkpoint_first = index % 2 == 0
+    if checkpoint_first:
+        saved = measure_save(bench, run_dir)
+        nbytes = saved["bytes"] if nbytes is None else nbytes
+        wrote = measure_raw_write(bench, raw_file, nbytes)
+    elif nbytes is None:
+        raise BenchmarkError(f"round {index}: the raw side needs the checkpoint's size first")
+    else:
+        wrote = measure_raw_write(bench, raw_file, nbytes)
+        saved = measure_save(bench, run_dir)
+    if saved["bytes"] != nbytes or raw_file.stat().st_size != nbytes:
+        raise BenchmarkError(
+            f"round {index}: checkpoint {saved['bytes']} bytes, raw file "
+            f"{raw_file.stat().st_size}, expected {nbytes}: both sides must move the same bytes"
+        )
+    if checkpoint_first:
+        loaded = measure_load(bench, saved["checkpoint"])
+        read = measure_raw_read(bench, raw_file, nbytes)
+    else:
+        read = measure_raw_read(bench, raw_file, nbytes)
+        loaded = measure_load(bench, saved["checkpoint"])
+    shutil.rmtree(run_dir)
+    raw_file.unlink()
+    return {
+        "order": "checkpoint first" if checkpoint_first else "raw first",
+        **{k: v for k, v in saved.items() if k not in ("checkpoint", "files")},
+        **wrote,
+        **loaded,
+        **read,
+        "files": saved["files"],
+    }
+
+
+def _training_state(preset_name: str) -> TrainingState:
+    return TrainingState(
+        step=STEP,
+        epoch=0,
+        epoch_step=STEP,
+        scheduler_step=STEP,
+        config_hash=config_hash({"benchmark": "bench_checkpoint", "preset": preset_name}),
+        data_manifest_sha256=None,
+        seed=MODEL_SEED,
+    )
+
+
+def run_benchmark(
+    preset_name: str,
+    *,
+    repeats: int,
+    directory: Path,
+    write_chunk_kib: int = 1024,
+    read_chunk_kib: int = 65536,
+    drop_caches: bool = True,
+) -> dict[str, Any]:
+    """``repeats`` rounds of save/raw write and load/raw read in a scratch folder of
+    ``directory`` (removed afterwards); medians, bandwidths, ratios and verdicts."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    for name, kib in (("write_chunk_kib", write_chunk_kib), ("read_chunk_kib", read_chunk_kib)):
+        if kib < 1:
+            raise ValueError(f"{name} must be >= 1, got {kib}")
+    cfg = preset(preset_name)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    model, optimizer = trained_one_step(cfg, seed=MODEL_SEED)
+    needed = 2 * _estimated_bytes(model) * 105 // 100  # checkpoint + raw file, 5 % slack
+    free = _free_bytes(directory)
+    if free < needed:
+        raise BenchmarkError(
+            f"{directory}: {free} bytes free; a checkpoint and its raw twin need about {needed}"
+        )
+    dropping = drop_caches_status(drop_caches)
+    bench = _Bench(
+        model=model,
+        optimizer=optimizer,
+        state=_training_state(preset_name),
+        expected=fingerprint(model, optimizer),
+        write_chunk=write_chunk_kib * 1024,
+        read_buffer=bytearray(read_chunk_kib * 1024),
+        drop_caches=dropping == "used",
+    )
+    scratch = Path(tempfile.mkdtemp(prefix="bench-checkpoint-", dir=directory))
+    rounds: list[dict[str, Any]] = []
+    nbytes: int | None = None
+    try:
+        for index in range(repeats):
+            rounds.append(run_round(bench, scratch, index, nbytes))
+            nbytes = rounds[0]["bytes"]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    total = _known(nbytes)
+    return {
+        "workload": {
+            "preset": preset_name,
+            "model": dataclasses.asdict(cfg),
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+            "optimizer": "torch.optim.AdamW after one real step (exp_avg, exp_avg_sq, step)",
+            "checkpoint_bytes": total,
+            "checkpoint_files": rounds[0]["files"],
+            "repeats": repeats,
+            "order": "(save, raw write) then (load, raw read); checkpoint first in even "
+            "rounds, raw first in odd ones",
+            "save": "trainer.checkpoint.save.save_checkpoint: optimizer-state copy, fsyncs "
+            "and the manifest's sha256 of every file included",
+            "load": "trainer.checkpoint.load.load_checkpoint: size + sha256 verification of "
+            "every file included; weights, AdamW state and RNGs restored (into zeroed "
+            "tensors); the AdamW tensors' deferred page faults are load_first_touch, apart",
+            "sha256_included": {"save": True, "load": True},
+            "raw": "one file of checkpoint_bytes holding the same weight and AdamW bytes: "
+            f"sequential {write_chunk_kib} KiB write() calls + fsync; sequential "
+            f"{read_chunk_kib} KiB readinto() calls into one buffer",
+            "write_chunk_kib": write_chunk_kib,
+            "read_chunk_kib": read_chunk_kib,
+            "directory": str(directory),
+            "filesystem": _filesystem(directory),
+            "roundtrip_exact": True,  # checked after every load; a mismatch stops the run
+        },
+        "cache_eviction": {
+            "method": [
+                "fsync + posix_fadvise(POSIX_FADV_DONTNEED) on every file before each read",
+                f"sync; echo 1 > {DROP_CACHES} before each read: {dropping}",
+            ],
+            "drop_caches": dropping,
+            "verified_with": "mincore(2) over every file about to be read",
+            "max_resident_fraction_allowed": MAX_RESIDENT,
+            "max_resident_fraction_seen": max(
+                max(r["load_resident_before"], r["raw_read_resident_before"]) for r in rounds
+            ),
+        },
+        "repeats": [{k: v for k, v in r.items() if k != "files"} for r in rounds],
+        **summarize(rounds, total),
+        "hashing": {
+            "save_hash_s_median": statistics.median(r["save_hash_s"] for r in rounds),
+            "load_hash_s_median": statistics.median(r["load_hash_s"] for r in rounds),
+            "save_optimizer_copy_s_median": statistics.median(
+                r["save_optimizer_copy_s"] for r in rounds
+            ),
+            "note": "hash_s: manifest building inside the save (sha256 of every file just "
+            "written) and verify_checkpoint inside the load (cold read + sha256 of every file)",
+        },
+        "load_first_touch": _first_touch_summary(rounds),
+        "torch": torch.__version__,
+        "safetensors": safetensors.__version__,
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+        },
+    }
+
+
+def _first_touch_summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The load's deferred page faults, and the load ratio were they counted in."""
+    touch = statistics.median(r["load_first_touch_s"] for r in rounds)
+    with_touch = statistics.median(r["load_s"] + r["load_first_touch_s"] for r in rounds)
+    return {
+        "first_touch_s_median": touch,
+        "optimizer_state_file_mapped": [r["optimizer_state_file_mapped"] for r in rounds],
+        "load_plus_first_touch_s_median": with_touch,
+        "ratio_load_plus_first_touch": statistics.median(r["raw_read_s"] for r in rounds)
+        / with_touch,
+        "note": "first_touch_s: faulting in every page of the restored weights and AdamW "
+        "state once, right after the load (not in load_s). When the optimizer state is "
+        "file-mapped, safetensors returned it on a copy-on-write mapping of "
+        "optimizer.safetensors and the loader's time excludes materializing it.",
+    }
+
+
+def _known(nbytes: int | None) -> int:
+    if nbytes is None:
+        raise BenchmarkError("no round completed: the checkpoint's size is unknown")
+    return nbytes
+
+
+def _table(result: dict[str, Any]) -> str:
+    lines = [f"{'repeat':>6}  {'save s':>8}  {'raw w s':>8}  {'load s':>8}  {'raw r s':>8}"]
+    for i, r in enumerate(result["repeats"], 1):
+        lines.append(
+            f"{i:>6}  {r['save_s']:>8.2f}  {r['raw_write_s']:>8.2f}  {r['load_s']:>8.2f}  "
+            f"{r['raw_read_s']:>8.2f}"
+        )
+    m = result["median_s"]
+    lines.append(
+        f"{'median':>6}  {m['save_s']:>8.2f}  {m['raw_write_s']:>8.2f}  {m['load_s']:>8.2f}  "
+        f"{m['raw_read_s']:>8.2f}"
+    )
+    bw = result["bandwidth_mib_per_s"]
+    for side, raw in (("save", "raw_write"), ("load", "raw_read")):
+        verdict = "met" if result["target_met"][side] else "NOT met"
+        lines.append(
+            f"{side}: {bw[side]:,.0f} MiB/s vs raw {bw[raw]:,.0f} MiB/s = "
+            f"{result['ratio'][side]:.1%} (target >= {result['target_ratio']:.0%}: {verdict}); "
+            f"paired median {result['paired_ratio_median'][side]:.1%}"
+        )
+    h = result["hashing"]
+    lines.append(
+        f"sha256 inside: save {h['save_hash_s_median']:.2f} s, load "
+        f"{h['load_hash_s_median']:.2f} s; {result['workload']['checkpoint_bytes']:,} bytes; "
+        f"drop_caches {result['cache_eviction']['drop_caches']}"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="370m", help="model preset (tiny for a smoke run)")
+    parser.add_argument(
+        "--repeats", type=int, default=4, help="rounds of each measurement (even: balanced)"
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=Path(tempfile.gettempdir()),
+        help="where the scratch checkpoints and raw files go (the disk being measured)",
+    )
+    parser.add_argument("--write-chunk-kib", type=int, default=1024, help="raw write() size")
+    parser.add_argument("--read-chunk-kib", type=int, default=65536, help="raw readinto() size")
+    parser.add_argument(
+        "--no-drop-caches",
+        action="store_true",
+        help="evict with fsync + posix_fadvise only, never write /proc/sys/vm/drop_caches",
+    )
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+
+    started = time.perf_counter()
+    load_before = os.getloadavg()  # others' work on a shared machine shows up here
+    torch.set_num_threads(args.threads)
+    result = run_benchmark(
+        args.preset,
+        repeats=args.repeats,
+        directory=args.dir,
+        write_chunk_kib=args.write_chunk_kib,
+        read_chunk_kib=args.read_chunk_kib,
+        drop_caches=not args.no_drop_caches,
+    )
+    from gates.evidence import git_info, host_info, utc_now  # noqa: PLC0415
+
+    result["wall_s"] = time.perf_counter() - started
+    result["machine"]["load_average_1_5_15"] = {"before": load_before, "after": os.getloadavg()}
+    result["captured_at"] = utc_now()
+    result["command"] = " ".join(
+        ["python", "tools/bench_checkpoint.py", *(sys.argv[1:] if argv is None else argv)]
+    )
+    result["host"] = host_info()
+    result["git"] = git_info(ROOT)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
+    print(_table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

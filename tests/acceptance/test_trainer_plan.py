@@ -371,3 +371,20 @@ def test_the_installed_command_reports_bad_input_without_a_traceback(tmp_path):
     assert result.returncode == 1
     assert "Traceback" not in result.stdout + result.stderr
     assert f"{bad}:3: " in result.stdout
+
+
+def test_the_step_algebra_is_planned_for_the_world_size(capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    config = "configs/llama-370m-8gpu.yaml"
+    # 7,680,000 sequences: 15,000 steps of 512 on 8 processes, one epoch.
+    _, report = run_plan_json(
+        capsys, config, "--sequences", 7_680_000, "--no-timing", "--world-size", 8
+    )
+    algebra = report["sections"]["algebra"]
+    assert algebra["verdict"] == "ok", algebra
+    assert algebra["values"]["steps_per_epoch"] == 15_000
+    code, report = run_plan_json(capsys, config, "--sequences", 7_680_000, "--no-timing")
+    assert code == 1
+    algebra = report["sections"]["algebra"]
+    assert algebra["verdict"] == "FAIL"
+    assert algebra["values"]["steps_per_epoch"] == 120_000  # a global batch of 64

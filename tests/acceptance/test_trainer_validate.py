@@ -137,3 +137,25 @@ def test_validate_runs_as_a_program_without_importing_torch():
         )
         assert proc.returncode == want, proc.stdout + proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+EIGHT_GPUS = ROOT / "configs" / "llama-370m-8gpu.yaml"
+
+
+def test_a_multi_process_config_is_checked_for_its_world_size(capsys):
+    # 4 x 16 x 8 processes = 512 sequences a step: the token rule holds for 8 processes ...
+    rc, out, _ = run(capsys, str(EIGHT_GPUS), "--world-size", "8")
+    assert rc == 0, out
+    assert "x 8 processes x seq_len 1024 = 524,288 tokens per step" in out
+    assert "7,864,320,000 (21.06 per parameter)" in out
+    # ... and refuses the same file for one process, whose global batch is 8 times smaller.
+    rc, out, _ = run(capsys, str(EIGHT_GPUS))
+    assert rc == 1
+    assert "983,040,000 tokens for 373,509,120 parameters = 2.63 tokens/param < 10" in out
+
+
+def test_world_size_below_one_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["validate", str(EIGHT_GPUS), "--world-size", "0"])
+    assert stop.value.code == 2
+    assert "0 processes: must be >= 1" in capsys.readouterr().err

@@ -38,30 +38,37 @@ def rule_finding(cfg: RunConfig, result: RuleResult, severity: str) -> ConfigFin
     )
 
 
-def validate(path: Path) -> tuple[list[ConfigFinding], RunConfig | None, DataFreeReport | None]:
+def validate(
+    path: Path, world_size: int = 1
+) -> tuple[list[ConfigFinding], RunConfig | None, DataFreeReport | None]:
     """(findings, config, data-free algebra report); config and report are None when the
-    file does not load."""
+    file does not load. ``world_size``: the data-parallel processes the run will have (a
+    global batch is micro_batch x gradient_accumulation x world_size sequences)."""
     try:
         cfg = load_config(path)
     except ConfigError as exc:
         return exc.findings, None, None
-    report = evaluate_data_free(cfg.algebra_inputs(sequences=None, params=param_count(cfg.model)))
+    report = evaluate_data_free(
+        cfg.algebra_inputs(sequences=None, params=param_count(cfg.model), world_size=world_size)
+    )
     findings = [rule_finding(cfg, v, "error") for v in report.violations]
     findings += [rule_finding(cfg, w, "warning") for w in report.warnings]
     findings.sort(key=lambda f: (f.severity != "error", f.line or 0, f.column or 0))
     return findings, cfg, report
 
 
-def summary(cfg: RunConfig, report: DataFreeReport) -> list[str]:
+def summary(cfg: RunConfig, report: DataFreeReport, world_size: int = 1) -> list[str]:
     m, d, t, o = cfg.model, cfg.data, cfg.training, cfg.optimizer
-    tokens_per_step = d.micro_batch * t.gradient_accumulation * d.seq_len
+    tokens_per_step = d.micro_batch * t.gradient_accumulation * world_size * d.seq_len
+    processes = f" x {world_size} processes" if world_size > 1 else ""
     model = f"preset {cfg.model_preset}" if cfg.model_preset else "architecture"
     return [
         f"  model     {model}: {param_count(m):,} parameters, {m.num_hidden_layers} layers, "
         f"hidden {m.hidden_size}, heads {m.num_attention_heads}/{m.num_key_value_heads}, "
         f"vocab {m.vocab_size}",
         f"  batch     micro_batch {d.micro_batch} x gradient_accumulation "
-        f"{t.gradient_accumulation} x seq_len {d.seq_len} = {tokens_per_step:,} tokens per step",
+        f"{t.gradient_accumulation}{processes} x seq_len {d.seq_len} = {tokens_per_step:,} tokens "
+        "per step",
         f"  schedule  {t.max_steps} steps (epochs cap {t.epochs}), warmup {t.warmup_steps}, "
         f"lr {o.lr:g} -> min_lr {o.min_lr:g}, {t.lr_scheduler}",
         f"  tokens    at most {report.tokens_upper_bound:,} "
@@ -72,7 +79,7 @@ def summary(cfg: RunConfig, report: DataFreeReport) -> list[str]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    findings, cfg, report = validate(args.config)
+    findings, cfg, report = validate(args.config, args.world_size)
     errors = [f for f in findings if f.severity == "error"]
     if args.json:
         print(
@@ -83,6 +90,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                     "findings": [f.to_json() for f in findings],
                     "algebra": report.to_json() if report else None,
                     "params": param_count(cfg.model) if cfg else None,
+                    "world_size": args.world_size,
                     "not_checked": NOT_CHECKED,
                 },
                 indent=2,
@@ -96,7 +104,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 1
     assert cfg is not None and report is not None  # loaded, since no error
     print(f"{args.config}: valid (schema, architecture, data-free {CONTRACT} rules)")
-    print("\n".join(summary(cfg, report)))
+    print("\n".join(summary(cfg, report, args.world_size)))
     return 0
 
 
@@ -108,4 +116,27 @@ def add_validate_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("config", type=Path, metavar="CONFIG")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_world_size_argument(p)
     p.set_defaults(run=cmd_validate)
+
+
+def _world_size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} processes: must be >= 1")
+    return value
+
+
+def add_world_size_argument(p: argparse.ArgumentParser) -> None:
+    """--world-size N: check the step algebra for N data-parallel processes (torchrun)."""
+    p.add_argument(
+        "--world-size",
+        type=_world_size,
+        default=1,
+        metavar="N",
+        help="data-parallel processes the run will have under torchrun (default 1): the "
+        "global batch is micro_batch x gradient_accumulation x N",
+    )

@@ -16,6 +16,7 @@ import argparse
 import math
 from pathlib import Path
 
+from trainer.config.commands import add_world_size_argument
 from trainer.plan.memory import parse_size
 from trainer.plan.report import render_json, render_text
 from trainer.plan.sections import DEVICES, PlanOptions, make_plan
@@ -57,6 +58,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             device_memory=args.device_memory,
             timing=not args.no_timing,
             time_budget_hours=args.time_budget,
+            world_size=args.world_size,
         )
     )
     print(render_json(report) if args.format == "json" else render_text(report))
@@ -100,4 +102,5 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
         metavar="HOURS",
         help="fail when the estimated run exceeds HOURS (default: warn above 24 h)",
     )
+    add_world_size_argument(p)
     p.set_defaults(run=cmd_plan)

@@ -40,6 +40,7 @@ class PlanOptions:
     device_memory: int | None = None  # --device-memory, bytes
     timing: bool = True
     time_budget_hours: float | None = None
+    world_size: int = 1  # --world-size: data-parallel processes (the step algebra's global batch)
 
 
 @dataclass(frozen=True)
@@ -329,7 +330,7 @@ def _rule(section: Section, cfg: RunConfig, result: RuleResult, level: str) -> N
 
 
 def algebra_section(
-    cfg: RunConfig, sequences: int | None, what_if: bool
+    cfg: RunConfig, sequences: int | None, what_if: bool, world_size: int = 1
 ) -> tuple[Section, AlgebraReport | None]:
     section = Section("algebra")
     if sequences is None:
@@ -338,7 +339,7 @@ def algebra_section(
         )
         return section, None
     p = param_count(cfg.model)
-    inputs = cfg.algebra_inputs(sequences=sequences, params=p)
+    inputs = cfg.algebra_inputs(sequences=sequences, params=p, world_size=world_size)
     report = evaluate(inputs)
     for violation in report.violations:
         _rule(section, cfg, violation, "error")
@@ -353,12 +354,12 @@ def algebra_section(
     source = "what-if, from --sequences" if what_if else "counted from the shard manifest"
     spe = report.steps_per_epoch
     section.details = [
-        f"N = {sequences:,} sequences ({source}), global batch b x g = "
-        f"{inputs.micro_batch} x {inputs.grad_accum} = {gb}",
-        f"steps_per_epoch = floor(N / (b g)) = {spe:,}; reachable = min(max_steps {t.max_steps},"
+        f"N = {sequences:,} sequences ({source}), global batch b x g x w = "
+        f"{inputs.micro_batch} x {inputs.grad_accum} x {inputs.world_size} = {gb}",
+        f"steps_per_epoch = floor(N / (b g w)) = {spe:,}; reachable = min(max_steps {t.max_steps},"
         f" epochs {t.epochs} x {spe:,}) = {report.reachable_steps:,}"
         + (f"; min_epochs = ceil(M / spe) = {report.min_epochs:,}" if report.min_epochs else ""),
-        f"tokens D = reachable x b x g x L = {report.tokens:,} = "
+        f"tokens D = reachable x b x g x w x L = {report.tokens:,} = "
         f"{report.tokens_per_param:.2f} per parameter (P = {p:,})",
         f"warmup {t.warmup_steps} of {t.max_steps} steps; the learning rate peaks at "
         f"{report.lr_max_reached:.3g} (lr {cfg.optimizer.lr:g}, "
@@ -539,7 +540,7 @@ def make_plan(options: PlanOptions) -> PlanReport:
     sections["data"], manifest = data_section(cfg)
     counted = sections["data"].values.get("sequences")
     n = options.sequences if what_if else counted
-    sections["algebra"], algebra = algebra_section(cfg, n, what_if)
+    sections["algebra"], algebra = algebra_section(cfg, n, what_if, options.world_size)
     if what_if and counted is not None:
         sections["algebra"].details.append(f"(the manifest counts N = {counted:,})")
     sections["tokenizer"] = tokenizer_section(cfg, manifest)

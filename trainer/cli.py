@@ -17,6 +17,7 @@ from trainer.checkpoint.commands import add_checkpoint_parsers
 from trainer.config.commands import add_validate_parser
 from trainer.data.commands import add_data_parser
 from trainer.plan.commands import add_plan_parser
+from trainer.plot.commands import add_plot_parser
 from trainer.tokenizer.commands import add_tokenizer_parser
 from trainer.train.commands import add_apply_parser
 
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_plan_parser(sub)
     add_apply_parser(sub)
     add_checkpoint_parsers(sub)
+    add_plot_parser(sub)
     return parser
 
 

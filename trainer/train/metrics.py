@@ -15,6 +15,7 @@
   (a SIGKILL mid-write), rewriting the file atomically, and points training_state.json at
   step k; so after any crash and resume every step appears once. A bad line anywhere but
   the last is an error naming the file and the line, never skipped.
+- ``read_metrics(path)`` reads the records back under the same rule (``trainer plot``).
 
 MFU = achieved model FLOP/s / the device's peak bf16 FLOP/s, with the model FLOPs of one
 token of training (forward + backward = 3 x forward) counted as in PaLM (Chowdhery et
@@ -81,7 +82,7 @@ class MetricsFileError(ValueError):
     """metrics.jsonl cannot be trusted (a bad line before the last); names file and line."""
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so readers see the old file or the new one, never a part:
     a temp file in the same directory, fsync, os.replace."""
     path = Path(path)
@@ -100,7 +101,7 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
 def atomic_write_json(path: Path, data: dict) -> None:
     """Write ``data`` as JSON to ``path`` atomically (readers never see half a file)."""
     text = json.dumps(data, indent=2, allow_nan=False) + "\n"
-    _atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def _record(line: bytes, number: int, path: Path, last: bool) -> dict | None:
@@ -118,6 +119,18 @@ def _record(line: bytes, number: int, path: Path, last: bool) -> dict | None:
     if isinstance(step, bool) or not isinstance(step, int):
         raise MetricsFileError(f"{path}: line {number} has no integer step: {line[:80]!r}")
     return record
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """Every record of a metrics.jsonl, in file order, under the rule rewind applies: a torn
+    last line (a run killed, or still writing, mid-line) is left out; a bad line before it
+    raises MetricsFileError naming the file and the line. OSError propagates."""
+    path = Path(path)
+    lines = path.read_bytes().split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()  # the newline that ends the last complete line
+    records = (_record(line, n, path, last=n == len(lines)) for n, line in enumerate(lines, 1))
+    return [record for record in records if record is not None]
 
 
 def rewind(out_dir: Path, step: int, *, max_steps: int) -> list[int]:
@@ -144,7 +157,7 @@ def rewind(out_dir: Path, step: int, *, max_steps: int) -> list[int]:
             last_record = record
     text = b"".join(line + b"\n" for line in kept)
     if text != raw:
-        _atomic_write_bytes(path, text)
+        atomic_write_bytes(path, text)
     state = Path(out_dir) / STATE_FILE
     if state.is_file():
         atomic_write_json(state, {"max_steps": max_steps, "last": last_record})

@@ -1,6 +1,7 @@
 """`trainer` — the reference trainer's command line.
 
-Subcommands land with their components (tokenizer, data, plan, apply, export, inspect);
+Subcommands land with their components (tokenizer, data, plan, apply, export, inspect,
+monitor);
 `trainer env` reports what the trainer would run on.
 """
 
@@ -16,6 +17,7 @@ from trainer import __version__
 from trainer.checkpoint.commands import add_checkpoint_parsers
 from trainer.config.commands import add_validate_parser
 from trainer.data.commands import add_data_parser
+from trainer.monitor.commands import add_monitor_parser
 from trainer.plan.commands import add_plan_parser
 from trainer.plot.commands import add_plot_parser
 from trainer.tokenizer.commands import add_tokenizer_parser
@@ -65,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_apply_parser(sub)
     add_checkpoint_parsers(sub)
     add_plot_parser(sub)
+    add_monitor_parser(sub)
     return parser
 
 

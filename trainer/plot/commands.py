@@ -49,7 +49,7 @@ def formats(text: str) -> tuple[str, ...]:
 def cmd_plot(args: argparse.Namespace) -> int:
     from trainer.plot import figure  # noqa: PLC0415 - matplotlib and torch only when plotting
     from trainer.plot.runs import RunDirError, load_run, run_labels  # noqa: PLC0415
-    from trainer.train.metrics import atomic_write_bytes  # noqa: PLC0415
+    from trainer.train.metrics_file import atomic_write_bytes  # noqa: PLC0415
 
     if len(args.runs) > 1 and args.out is None:
         args.parser.error("several runs need --out DIR (no one run's directory is their home)")

@@ -8,6 +8,7 @@
 - guards.py: non-finite values, divergence, early stopping, validation size.
 - loop.py: the loop itself (LoopSettings, train, TrainResult).
 - distributed.py, fsdp.py: data parallelism under torchrun (ddp, fsdp).
-- metrics.py, manifest.py: per-step metrics, training_state.json, the run manifest.
+- metrics.py, manifest.py: per-step metrics, training_state.json, the run manifest;
+  metrics_file.py: those two files' formats, torch-free (trainer monitor reads them).
 - commands.py: `trainer apply CONFIG`.
 """

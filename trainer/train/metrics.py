@@ -35,17 +35,24 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
 from trainer.model.config import LlamaConfig
 
-METRICS_FILE = "metrics.jsonl"
-STATE_FILE = "training_state.json"
+# The file formats live in a torch-free module so `trainer monitor` starts fast; these
+# names stay importable from here, where the loop and the tests look for them.
+from trainer.train.metrics_file import (  # noqa: F401 - re-exported
+    METRICS_FILE,
+    STATE_FILE,
+    MetricsFileError,
+    atomic_write_bytes,
+    atomic_write_json,
+    parse_line,
+    read_metrics,
+)
 
 #: Dense bf16 peak FLOP/s by device-name fragment (vendor datasheets, no sparsity).
 PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12}
@@ -78,61 +85,6 @@ def peak_flops(device: torch.device) -> float | None:
     return None
 
 
-class MetricsFileError(ValueError):
-    """metrics.jsonl cannot be trusted (a bad line before the last); names file and line."""
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old file or the new one, never a part:
-    a temp file in the same directory, fsync, os.replace."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_json(path: Path, data: dict) -> None:
-    """Write ``data`` as JSON to ``path`` atomically (readers never see half a file)."""
-    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def _record(line: bytes, number: int, path: Path, last: bool) -> dict | None:
-    """One metrics line as a record with an integer step; None for a torn last line."""
-    try:
-        record = json.loads(line)
-    except ValueError as exc:  # JSONDecodeError, or bytes cut inside a UTF-8 sequence
-        if last:
-            return None  # the write a SIGKILL interrupted: that step is taken again
-        raise MetricsFileError(
-            f"{path}: line {number} is not JSON ({exc}); only a torn last line is dropped "
-            "on resume, a bad line before it means the file was changed or damaged"
-        ) from None
-    step = record.get("step") if isinstance(record, dict) else None
-    if isinstance(step, bool) or not isinstance(step, int):
-        raise MetricsFileError(f"{path}: line {number} has no integer step: {line[:80]!r}")
-    return record
-
-
-def read_metrics(path: Path) -> list[dict]:
-    """Every record of a metrics.jsonl, in file order, under the rule rewind applies: a torn
-    last line (a run killed, or still writing, mid-line) is left out; a bad line before it
-    raises MetricsFileError naming the file and the line. OSError propagates."""
-    path = Path(path)
-    lines = path.read_bytes().split(b"\n")
-    if lines[-1] == b"":
-        lines.pop()  # the newline that ends the last complete line
-    records = (_record(line, n, path, last=n == len(lines)) for n, line in enumerate(lines, 1))
-    return [record for record in records if record is not None]
-
-
 def rewind(out_dir: Path, step: int, *, max_steps: int) -> list[int]:
     """Make ``out_dir``'s metrics those of a run that stopped after ``step``: drop the lines
     of later steps and a torn last line (metrics.jsonl rewritten atomically, only when
@@ -147,7 +99,7 @@ def rewind(out_dir: Path, step: int, *, max_steps: int) -> list[int]:
         lines.pop()  # the newline that ends the last complete line
     kept, dropped, last_record = [], [], None
     for number, line in enumerate(lines, 1):
-        record = _record(line, number, path, last=number == len(lines))
+        record = parse_line(line, number, path, last=number == len(lines))
         if record is None:
             continue
         if record["step"] > step:

@@ -1,0 +1,73 @@
+"""The two files a run's metrics live in, torch-free (read by `trainer monitor` too).
+
+- ``metrics.jsonl``: one JSON object per step, appended; a SIGKILL mid-write can leave a
+  torn last line, which readers drop; a bad line before the last is an error naming the
+  file and the line (``parse_line``).
+- ``training_state.json``: the latest record plus max_steps, replaced atomically
+  (``atomic_write_json``: temp file, fsync, os.replace) so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+METRICS_FILE = "metrics.jsonl"
+STATE_FILE = "training_state.json"
+
+
+class MetricsFileError(ValueError):
+    """metrics.jsonl cannot be trusted (a bad line before the last); names file and line."""
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so readers see the old file or the new one, never a part:
+    a temp file in the same directory, fsync, os.replace."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, data: dict) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (readers never see half a file)."""
+    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def parse_line(line: bytes, number: int, path: Path, last: bool) -> dict | None:
+    """One metrics line as a record with an integer step; None for a torn last line."""
+    try:
+        record = json.loads(line)
+    except ValueError as exc:  # JSONDecodeError, or bytes cut inside a UTF-8 sequence
+        if last:
+            return None  # the write a SIGKILL interrupted: that step is taken again
+        raise MetricsFileError(
+            f"{path}: line {number} is not JSON ({exc}); only a torn last line is dropped "
+            "on resume, a bad line before it means the file was changed or damaged"
+        ) from None
+    step = record.get("step") if isinstance(record, dict) else None
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise MetricsFileError(f"{path}: line {number} has no integer step: {line[:80]!r}")
+    return record
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """Every record of a metrics.jsonl, in file order, under the rule rewind applies: a torn
+    last line (a run killed, or still writing, mid-line) is left out; a bad line before it
+    raises MetricsFileError naming the file and the line. OSError propagates."""
+    path = Path(path)
+    lines = path.read_bytes().split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()  # the newline that ends the last complete line
+    records = (parse_line(line, n, path, last=n == len(lines)) for n, line in enumerate(lines, 1))
+    return [record for record in records if record is not None]

@@ -5,7 +5,6 @@ is refused naming both world sizes, with nothing written."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import subprocess
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.trainer.distributed_support import child_env, children_of, rank_of
-from tests.unit.trainer.loop_support import encode_test_corpus, write_run_config
+from tests.unit.trainer.loop_support import encode_test_corpus, files_under, write_run_config
 from trainer import cli
 from trainer.checkpoint.layout import checkpoint_dirs, step_of
 from trainer.checkpoint.verify import inspect_checkpoint
@@ -45,14 +44,6 @@ def _worker(launcher: int, rank: int, deadline: float) -> int:
                 return pid
         time.sleep(0.1)
     raise AssertionError(f"no worker of rank {rank} under pid {launcher}")
-
-
-def _snapshot(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.mark.distributed
@@ -95,13 +86,13 @@ def test_killed_rank_stops_the_run_and_a_relaunch_resumes(tmp_path, capsys):
     newest = step_of(saved[0])
 
     # A one-process resume of the two-rank checkpoint: refused, nothing written.
-    before = _snapshot(out)
+    before = files_under(out)
     capsys.readouterr()
     rc = cli.main(["apply", str(config), "--out", str(out), "--device", "cpu", "--resume"])
     err = capsys.readouterr().err
     assert rc == 1, err
     assert "world size 2" in err and "world size 1" in err, err
-    assert _snapshot(out) == before, "a refused resume wrote to the run directory"
+    assert files_under(out) == before, "a refused resume wrote to the run directory"
 
     relaunch = _apply(config, out, "--resume", "--max-steps", str(newest + 2))
     stdout, stderr = relaunch.communicate(timeout=240)

@@ -177,30 +177,31 @@ def _collective_device(world: World) -> torch.device:
     )
 
 
+def _all_reduce(value: float, dtype: torch.dtype, op: dist.ReduceOp, world: World) -> float:
+    """One scalar all-reduced over the ranks (only called when ``world`` is distributed)."""
+    t = torch.tensor([value], dtype=dtype, device=_collective_device(world))
+    dist.all_reduce(t, op=op)
+    return t.item()
+
+
 def sum_int(value: int, world: World) -> int:
     if not world.distributed:
         return value
-    t = torch.tensor([value], dtype=torch.int64, device=_collective_device(world))
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return int(t.item())
+    return int(_all_reduce(value, torch.int64, dist.ReduceOp.SUM, world))
 
 
 def sum_float(value: float, world: World) -> float:
     """All-reduce SUM in float64 (a no-op at world size 1: the value comes back as is)."""
     if not world.distributed:
         return value
-    t = torch.tensor([value], dtype=torch.float64, device=_collective_device(world))
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return float(t.item())
+    return float(_all_reduce(value, torch.float64, dist.ReduceOp.SUM, world))
 
 
 def any_rank(flag: bool, world: World) -> bool:
     """True on every rank when ``flag`` is True on any rank."""
     if not world.distributed:
         return flag
-    t = torch.tensor([1 if flag else 0], dtype=torch.int64, device=_collective_device(world))
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
+    return bool(_all_reduce(1 if flag else 0, torch.int64, dist.ReduceOp.MAX, world))
 
 
 def gather_bytes(data: bytes, world: World) -> list[bytes]:

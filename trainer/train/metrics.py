@@ -51,6 +51,7 @@ from trainer.train.metrics_file import (  # noqa: F401 - re-exported
     atomic_write_bytes,
     atomic_write_json,
     parse_line,
+    parse_lines,
     read_metrics,
 )
 
@@ -94,14 +95,8 @@ def rewind(out_dir: Path, step: int, *, max_steps: int) -> list[int]:
     if not path.is_file():
         return []
     raw = path.read_bytes()
-    lines = raw.split(b"\n")
-    if lines[-1] == b"":
-        lines.pop()  # the newline that ends the last complete line
     kept, dropped, last_record = [], [], None
-    for number, line in enumerate(lines, 1):
-        record = parse_line(line, number, path, last=number == len(lines))
-        if record is None:
-            continue
+    for line, record in parse_lines(raw, path):  # a torn last line is left out
         if record["step"] > step:
             dropped.append(record["step"])
         else:

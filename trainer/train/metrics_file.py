@@ -61,13 +61,21 @@ def parse_line(line: bytes, number: int, path: Path, last: bool) -> dict | None:
     return record
 
 
-def read_metrics(path: Path) -> list[dict]:
-    """Every record of a metrics.jsonl, in file order, under the rule rewind applies: a torn
-    last line (a run killed, or still writing, mid-line) is left out; a bad line before it
-    raises MetricsFileError naming the file and the line. OSError propagates."""
-    path = Path(path)
-    lines = path.read_bytes().split(b"\n")
+def parse_lines(data: bytes, path: Path) -> list[tuple[bytes, dict]]:
+    """(line, record) for every line of a whole metrics.jsonl's bytes, in file order: a
+    torn last line (a run killed, or still writing, mid-line) is left out; a bad line
+    before it raises MetricsFileError naming ``path`` and the line."""
+    lines = data.split(b"\n")
     if lines[-1] == b"":
         lines.pop()  # the newline that ends the last complete line
-    records = (parse_line(line, n, path, last=n == len(lines)) for n, line in enumerate(lines, 1))
-    return [record for record in records if record is not None]
+    pairs = (
+        (line, parse_line(line, n, path, last=n == len(lines))) for n, line in enumerate(lines, 1)
+    )
+    return [(line, record) for line, record in pairs if record is not None]
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """Every record of a metrics.jsonl, in file order, under the rule rewind applies
+    (parse_lines). OSError propagates."""
+    path = Path(path)
+    return [record for _, record in parse_lines(path.read_bytes(), path)]

@@ -15,13 +15,13 @@ to FALSIFY-ARCH-370M-011, holds the four cases, so the one node kills both mutan
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 from pathlib import Path
 
 import pytest
 
 from tests.unit.trainer.loop_support import (  # noqa: F401 - one_thread is a fixture
+    files_under,
     one_thread,
     write_run_config,
 )
@@ -117,17 +117,6 @@ def trip_the_model_builder(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(loop, "build_model", tripwire)
     return built
-
-
-def files_under(directory: Path) -> dict[str, str]:
-    """relative path -> sha256 of every file under ``directory`` (empty when missing)."""
-    if not directory.exists():
-        return {}
-    return {
-        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(directory.rglob("*"))
-        if p.is_file()
-    }
 
 
 def _refused_370m_run(entries, data_of, tmp_path, capsys, monkeypatch) -> None:

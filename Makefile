@@ -21,32 +21,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-# The main job's stages are files: a finished stage is reused, a changed input redoes it.
-DEMO       ?= runs/demo
-DEMO_VOCAB ?= 8192
-DEMO_STEPS ?= 50
+# The main job: `trainer pipeline` runs every stage (tokenizer, shards, training, export,
+# baseline, plots, gates, report) into $(DEMO) and prints a summary. Stages are keyed by
+# content hashes: a re-run reuses what is unchanged and resumes an interrupted training.
+DEMO        ?= runs/demo
+DEMO_CONFIG ?= configs/quickstart-cpu.yaml
+DEMO_ARGS   ?=
 
-demo: $(STAMP) $(DEMO)/data/manifest.json
-	$(BIN)/pv validate contracts/*.yaml
-	$(BIN)/pv status
-	$(BIN)/gates check GATE-PV-001
-	$(BIN)/trainer data inspect $(DEMO)/data
-	$(BIN)/trainer plan configs/quickstart-cpu.yaml
-	$(MAKE) --no-print-directory $(DEMO)/train.done
-	$(BIN)/trainer env
-
-# 50 steps of the quickstart run: the loss falls. The stamp is touched only when the run
-# finished, so an interrupted run is redone from scratch, never taken for a finished one.
-$(DEMO)/train.done: $(DEMO)/data/manifest.json configs/quickstart-cpu.yaml
-	rm -rf $(DEMO)/train $(DEMO)/train.done
-	$(BIN)/trainer apply configs/quickstart-cpu.yaml --max-steps $(DEMO_STEPS) --out $(DEMO)/train
-	touch $(DEMO)/train.done
-
-$(DEMO)/tokenizer/tokenizer.json: $(STAMP)
-	$(BIN)/trainer tokenizer train --vocab-size $(DEMO_VOCAB) --out $(DEMO)/tokenizer
-
-$(DEMO)/data/manifest.json: $(DEMO)/tokenizer/tokenizer.json
-	$(BIN)/trainer data encode --tokenizer $(DEMO)/tokenizer --out $(DEMO)/data --force
+demo: $(STAMP)
+	$(BIN)/trainer pipeline --config $(DEMO_CONFIG) --out $(DEMO) $(DEMO_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

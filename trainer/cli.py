@@ -18,6 +18,7 @@ from trainer.checkpoint.commands import add_checkpoint_parsers
 from trainer.config.commands import add_validate_parser
 from trainer.data.commands import add_data_parser
 from trainer.monitor.commands import add_monitor_parser
+from trainer.pipeline.commands import add_pipeline_parser
 from trainer.plan.commands import add_plan_parser
 from trainer.plot.commands import add_plot_parser
 from trainer.tokenizer.commands import add_tokenizer_parser
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_checkpoint_parsers(sub)
     add_plot_parser(sub)
     add_monitor_parser(sub)
+    add_pipeline_parser(sub)
     return parser
 
 

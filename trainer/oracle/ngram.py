@@ -43,6 +43,8 @@ class KneserNeyTrigram:
     bigram: dict[int, Counter[int]]  # continuation counts N1+(. v w)
     unigram: Counter[int]  # continuation counts N1+(. w)
     _cache: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
+    # context -> (sum of its counts, distinct ids): token_prob's per-level totals.
+    _totals: dict[tuple[int, ...], tuple[int, int]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def fit(
@@ -106,6 +108,32 @@ class KneserNeyTrigram:
 
     def prob(self, token: int, context: Sequence[int]) -> float:
         return float(self.distribution(context)[token])
+
+    def token_prob(self, token: int, context: Sequence[int]) -> float:
+        """P(token | context) by the same formulas, one id at a time: no vocabulary-sized
+        row per context, so scoring a large set (the pipeline's baseline, V = 8192 over
+        100k+ distinct contexts) stays in O(1) memory per target. Equals prob()."""
+        if not 0 <= token < self.vocab_size:
+            raise ValueError(f"token {token} is outside 0..{self.vocab_size - 1}")
+        padded = [BOS, BOS, *context]
+        u, v = padded[-2], padded[-1]
+        p1 = self._scalar_level((), self.unigram, token, 1.0 / self.vocab_size)
+        p2 = self._scalar_level((v,), self.bigram.get(v), token, p1)
+        return self._scalar_level((u, v), self.trigram.get((u, v)), token, p2)
+
+    def _scalar_level(
+        self, key: tuple[int, ...], counts: Counter[int] | None, token: int, lower: float
+    ) -> float:
+        """_interpolate's arithmetic, in its order, for one id."""
+        if not counts:
+            return lower
+        totals = self._totals.get(key)
+        if totals is None:
+            totals = self._totals[key] = (sum(counts.values()), len(counts))
+        total, distinct = totals
+        return (self.discount * distinct / total) * lower + max(
+            counts.get(token, 0) - self.discount, 0.0
+        ) / total
 
     def log_probs(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
         """[len(prefixes), vocab] natural-log next-token probabilities: the scorer's interface."""

@@ -86,3 +86,26 @@ def test_train_perplexity_below_validation_on_the_oracle_corpus():
 def test_refuses_ids_outside_the_vocabulary():
     with pytest.raises(ValueError, match="sequence 0"):
         KneserNeyTrigram.fit([[0, 7]], vocab_size=5)
+
+
+@pytest.mark.parametrize("context", [[0, 1], [1, 3], [3, 1], [2], [], [4, 4]])
+def test_token_prob_matches_brute_force(context):
+    kn = KneserNeyTrigram.fit(SMALL, vocab_size=5, discount=0.75)
+    u, v = ([-1, -1, *context])[-2:]
+    for w in range(5):
+        assert kn.token_prob(w, context) == pytest.approx(
+            _brute_force(SMALL, 5, 0.75, w, (u, v)), abs=1e-12
+        )
+
+
+def test_token_prob_equals_the_distribution_row_on_random_data():
+    """The pipeline's scalar scorer and the oracle's row scorer are one model."""
+    rng = random.Random(11)
+    seqs = [[rng.randrange(20) for _ in range(rng.randrange(2, 12))] for _ in range(60)]
+    kn = KneserNeyTrigram.fit(seqs, vocab_size=24)
+    for _ in range(300):
+        context = [rng.randrange(24) for _ in range(rng.randrange(0, 4))]
+        token = rng.randrange(24)
+        assert kn.token_prob(token, context) == pytest.approx(kn.prob(token, context), rel=1e-12)
+    with pytest.raises(ValueError, match="outside"):
+        kn.token_prob(24, [1])

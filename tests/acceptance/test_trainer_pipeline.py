@@ -1,0 +1,242 @@
+"""`trainer pipeline`: the main job end to end, and its reuse of finished stages."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+
+from trainer.cli import main
+from trainer.pipeline.state import STATE_FILE
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """The .py files of two stdlib packages (~0.5 MB of real code: V = 512 trains in ~1 s)."""
+    out = tmp_path_factory.mktemp("corpus")
+    for package in ("json", "email"):
+        for source in sorted((STDLIB / package).rglob("*.py")):
+            target = out / package / source.relative_to(STDLIB / package)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(source.read_bytes())
+    return out
+
+
+def tiny_config(path: Path, *, max_steps: int = 12, save_interval: int = 6) -> Path:
+    path.write_text(
+        "\n".join(
+            [
+                "name: pipeline-test",
+                "model:",
+                "  preset: tiny",
+                "  architecture:",
+                "    vocab_size: 512",
+                "    hidden_size: 32",
+                "    intermediate_size: 64",
+                "    num_attention_heads: 2",
+                "    num_key_value_heads: 1",
+                "data:",
+                "  shards: elsewhere/data        # replaced by the run directory's",
+                "  tokenizer: elsewhere/tokenizer",
+                "  micro_batch: 4",
+                "  seq_len: 64",
+                "optimizer:",
+                "  name: adamw",
+                "  lr: 3.0e-3",
+                "training:",
+                "  epochs: 1",
+                f"  max_steps: {max_steps}",
+                f"  warmup_steps: {max_steps // 10}",
+                "  eval_interval: 6",
+                "  eval_tokens: 4096",
+                f"  save_interval: {save_interval}",
+                "  output_dir: elsewhere/train",
+                "  force_token_budget: true",
+                "",
+            ]
+        ),
+        encoding="utf-8",
+    )
+    return path
+
+
+def pipeline_argv(config: Path, out: Path, corpus: Path, *extra: str) -> list[str]:
+    return ["pipeline", "--config", str(config), "--out", str(out), "--device", "cpu",
+            "--input", str(corpus), "--no-gates", *extra]  # fmt: skip
+
+
+def stage_lines(text: str) -> dict[str, str]:
+    """stage -> 'reused' or 'done' from the pipeline's per-stage outcome lines."""
+    out = {}
+    for line in text.splitlines():
+        name, sep, rest = line.strip().partition(": ")
+        if sep and name in ("tokenizer", "data", "train", "export", "baseline", "plots"):
+            out[name] = "reused" if rest.startswith("reused") else "done"
+    return out
+
+
+def run_pipeline(capsys, argv: list[str]) -> tuple[int, str, str]:
+    status = main(argv)
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory, corpus):
+    """One pipeline run, shared by the tests that only read it or copy it."""
+    base = tmp_path_factory.mktemp("pipeline")
+    config = tiny_config(base / "tiny.yaml")
+    out = base / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer", *pipeline_argv(config, out, corpus)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return config, out, proc.stdout, corpus
+
+
+def test_a_run_makes_every_artifact_and_a_summary(first_run):
+    _, out, stdout, _ = first_run
+    assert set(stage_lines(stdout).values()) == {"done"}
+    for path in ("tokenizer/tokenizer.json", "data/manifest.json", "run.yaml",
+                 "train/metrics.jsonl", "export/model.safetensors", "baseline.json",
+                 "plots/loss.png", "plots/loss.svg", "summary.json", STATE_FILE):  # fmt: skip
+        assert (out / path).is_file(), path
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["tokenizer"]["vocab_size"] == 512
+    assert summary["training"]["steps"] == 12
+    assert summary["checkpoint"]["path"].endswith("step-00000012")
+    assert summary["checkpoint"]["bytes"] > summary["export"]["bytes"] > 0
+    base = summary["baseline"]
+    # one target set for both models, and the trigram saw exactly the 12 x 4 sequences
+    assert base["validation"]["targets"] == base["validation"]["sequences"] * 64
+    assert base["kn_trigram"]["training_sequences"] == 12 * 4
+    assert base["ratio"] == pytest.approx(
+        base["model"]["perplexity"] / base["kn_trigram"]["perplexity"]
+    )
+    # run.yaml is the user's config with this run directory's paths
+    run_yaml = (out / "run.yaml").read_text()
+    assert f"shards: {out / 'data'}" in run_yaml and "elsewhere" not in run_yaml.split("\n", 1)[1]
+    assert "validation  perplexity" in stdout and "checkpoint  " in stdout
+
+
+def test_the_model_loss_in_the_summary_is_the_checkpoint_evaluated(first_run):
+    """baseline.json's model loss equals the loop's own validation loss at the last step
+    when both score the same set: the run evaluates at step 12, on the val split's first
+    4,096 targets or all of them (this corpus's val split is smaller)."""
+    _, out, _, _ = first_run
+    records = [json.loads(line) for line in (out / "train/metrics.jsonl").read_text().splitlines()]
+    loop_val = [r["val_loss"] for r in records if "val_loss" in r][-1]
+    baseline = json.loads((out / "baseline.json").read_text())
+    assert 0 < baseline["validation"]["targets"] <= 4096
+    assert baseline["model"]["loss"] == pytest.approx(loop_val, rel=1e-5)
+
+
+def test_a_second_run_reuses_every_stage_and_says_the_same(first_run, capsys):
+    config, out, _, corpus = first_run
+    before = json.loads((out / "summary.json").read_text())
+    status, stdout, _ = run_pipeline(capsys, pipeline_argv(config, out, corpus))
+    assert status == 0
+    assert set(stage_lines(stdout).values()) == {"reused"}
+    after = json.loads((out / "summary.json").read_text())
+    for key in ("tokenizer", "data", "training", "baseline", "checkpoint", "export", "plots"):
+        assert after[key] == before[key], key
+
+
+def test_a_tampered_output_is_made_again(first_run, capsys):
+    config, out, _, corpus = first_run
+    model = out / "export" / "model.safetensors"
+    good = model.read_bytes()
+    model.write_bytes(good[:-1] + bytes([good[-1] ^ 0xFF]))
+    status, stdout, _ = run_pipeline(capsys, pipeline_argv(config, out, corpus))
+    assert status == 0
+    stages = stage_lines(stdout)
+    assert stages["export"] == "done" and stages["train"] == "reused"
+    assert model.read_bytes() == good  # the export is a function of the checkpoint
+
+
+def test_a_changed_config_redoes_training_and_reuses_tokenizer_and_shards(
+    first_run, tmp_path, capsys
+):
+    _, out, _, corpus = first_run
+    config = tiny_config(tmp_path / "tiny.yaml", max_steps=6)
+    status, stdout, _ = run_pipeline(capsys, pipeline_argv(config, out, corpus))
+    assert status == 0
+    stages = stage_lines(stdout)
+    assert stages["tokenizer"] == stages["data"] == "reused"
+    assert stages["train"] == stages["export"] == stages["baseline"] == "done"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["training"]["steps"] == 6
+    steps = [json.loads(x)["step"] for x in (out / "train/metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 7))  # the old run's directory was replaced, not appended
+
+
+@pytest.mark.slow
+def test_an_interrupted_training_stage_is_resumed(tmp_path, corpus):
+    config = tiny_config(tmp_path / "tiny.yaml", max_steps=80, save_interval=2)
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "trainer", *pipeline_argv(config, out, corpus)]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    checkpoints = out / "train" / "checkpoints"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(checkpoints.glob("step-0000001*")):
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert list(checkpoints.glob("step-*")), "the run was killed before any checkpoint"
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resuming the interrupted run" in done.stdout
+    stages = stage_lines(done.stdout)
+    assert stages["tokenizer"] == stages["data"] == "reused"
+    steps = [json.loads(x)["step"] for x in (out / "train/metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 81))
+
+
+# ---------------------------------------------------------------- bad input
+def test_a_missing_config_is_refused(tmp_path, capsys, corpus):
+    argv = pipeline_argv(tmp_path / "nope.yaml", tmp_path / "r", corpus)
+    status, _, err = run_pipeline(capsys, argv)
+    assert status == 1 and "nope.yaml: no such config file" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_an_out_path_that_is_a_file_is_refused(tmp_path, capsys, corpus):
+    config = tiny_config(tmp_path / "tiny.yaml")
+    target = tmp_path / "file"
+    target.write_text("mine")
+    status, _, err = run_pipeline(capsys, pipeline_argv(config, target, corpus))
+    assert status == 1 and "is not a directory" in err
+    assert target.read_text() == "mine"
+
+
+def test_a_damaged_pipeline_file_is_refused_and_left_alone(tmp_path, capsys, corpus):
+    config = tiny_config(tmp_path / "tiny.yaml")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / STATE_FILE).write_text("{not json")
+    status, _, err = run_pipeline(capsys, pipeline_argv(config, out, corpus))
+    assert status == 1 and f"{out / STATE_FILE}: not readable as JSON" in err
+    assert (out / STATE_FILE).read_text() == "{not json"
+    assert sorted(p.name for p in out.iterdir()) == [STATE_FILE]
+
+
+def test_an_invalid_config_trains_nothing(tmp_path, capsys, corpus):
+    config = tiny_config(tmp_path / "tiny.yaml")
+    config.write_text(config.read_text().replace("micro_batch: 4", "micro_batch: -4"))
+    status, _, err = run_pipeline(capsys, pipeline_argv(config, tmp_path / "run", corpus))
+    assert status == 1 and "invalid config" in err and "micro_batch" in err
+    assert not (tmp_path / "run" / "tokenizer").exists()

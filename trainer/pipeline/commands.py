@@ -1,0 +1,94 @@
+"""`trainer pipeline` - the main job: corpus to trained, exported, gated model, in one command.
+
+    trainer pipeline                                    # configs/quickstart-cpu.yaml -> runs/demo
+    trainer pipeline --config my.yaml --input corpus/ --out runs/mine
+    trainer pipeline --max-steps 50 --out runs/smoke    # a shorter run of the same schedule
+
+Stages (trainer/pipeline/run.py), each reused when its inputs hash as before:
+tokenizer (BPE at the config's vocab_size) -> data (train/val shards) -> train
+(`trainer apply`; an interrupted run is resumed from its newest checkpoint) -> export ->
+baseline (validation perplexity vs a Kneser-Ney trigram on the same tokens) -> plots ->
+gates (`gates check` of the gates this run can discharge, evidence in RUN/evidence/) ->
+report. It ends with a summary, also written to RUN/summary.json.
+
+The config's data paths and output_dir are replaced by the run directory's (RUN/run.yaml
+is the config actually trained). Exit status: 0 done; 1 bad input or a stage that failed
+(its message names the stage and the command); 3 the training run aborted (non-finite
+loss, divergence, exhausted data) - run it again after fixing the cause and the stages
+before training are reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+DEFAULT_CONFIG = Path("configs/quickstart-cpu.yaml")
+DEFAULT_OUT = Path("runs/demo")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {value}")
+    return value
+
+
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    from trainer.pipeline.run import Pipeline, PipelineOptions  # noqa: PLC0415
+    from trainer.pipeline.state import PipelineError  # noqa: PLC0415
+    from trainer.pipeline.summary import render_summary  # noqa: PLC0415
+
+    if not args.config.is_file():
+        print(f"trainer pipeline: error: {args.config}: no such config file", file=sys.stderr)
+        return 1
+    if args.out.exists() and not args.out.is_dir():
+        print(f"trainer pipeline: error: --out {args.out} is not a directory", file=sys.stderr)
+        return 1
+    options = PipelineOptions(
+        config=args.config,
+        out=args.out,
+        inputs=tuple(args.input),
+        max_steps=args.max_steps,
+        device=args.device,
+        val_fraction=args.val_fraction,
+        gates=not args.no_gates,
+    )
+    try:
+        summary = Pipeline(options).run()
+    except PipelineError as exc:
+        print(f"trainer pipeline: error: {exc}", file=sys.stderr)
+        return exc.status
+    print(render_summary(summary))
+    return 0
+
+
+def add_pipeline_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "pipeline",
+        help="the main job: tokenizer, shards, training, export, baseline, plots, gates",
+        description=__doc__.splitlines()[0],
+    )
+    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help=f"default {DEFAULT_CONFIG}")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"run directory ({DEFAULT_OUT})")
+    p.add_argument(
+        "--input",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="corpus file or directory (repeatable); default: the embedded corpus",
+    )
+    p.add_argument("--max-steps", type=_positive, default=None, help="stop the schedule early")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--val-fraction", type=_fraction, default=0.02)
+    p.add_argument("--no-gates", action="store_true", help="skip the gate stage")
+    p.set_defaults(run=cmd_pipeline)

@@ -1,0 +1,213 @@
+"""The pipeline's closing summary: what was made, how good it is, which gates hold.
+
+    summary = build_summary(run_dir, state, corpus, run_config, outcomes)   # summary.json
+    print(render_summary(summary))
+
+Every number is read back from a file the stages wrote (the data manifest, metrics.jsonl,
+baseline.json, the checkpoint and export on disk, the contracts and their evidence), not
+carried over from memory, so the summary of a fully reused pipeline is the same as that
+of the run that made it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from trainer.pipeline.state import PipelineState
+from trainer.train.metrics_file import read_metrics
+
+
+def _tree_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def _training(run_dir: Path, run_config: Any) -> dict:
+    records = read_metrics(run_dir / "train" / "metrics.jsonl")
+    if not records:
+        raise ValueError(f"{run_dir / 'train' / 'metrics.jsonl'}: no step recorded")
+    vals = [(r["step"], r["val_loss"]) for r in records if "val_loss" in r]
+    speeds = sorted(r["tokens_per_s"] for r in records if isinstance(r["tokens_per_s"], float))
+    state_file = run_dir / "train" / "training_state.json"
+    end = json.loads(state_file.read_text(encoding="utf-8")) if state_file.is_file() else {}
+    return {
+        "steps": records[-1]["step"],
+        "max_steps": run_config.training.max_steps,
+        "first_loss": records[0]["loss"],
+        "last_loss": records[-1]["loss"],
+        "last_val_loss": vals[-1][1] if vals else None,
+        "last_val_step": vals[-1][0] if vals else None,
+        "median_tokens_per_s": speeds[len(speeds) // 2] if speeds else None,
+        "seconds": sum(r["step_s"] for r in records if isinstance(r["step_s"], float)),
+        "status": end.get("status", "finished" if records[-1]["step"] else "unknown"),
+        "reason": end.get("reason", ""),
+    }
+
+
+def _gate_rows(contracts_dir: Path, checks: dict) -> list[dict]:
+    """Every gate of every contract: status, threshold, the evidence's measured value, and
+    this run's re-measurement where the gate stage made one."""
+    from gates.validate import find_root, validate  # noqa: PLC0415
+
+    files = sorted(contracts_dir.glob("*.yaml"))
+    if not files:
+        return []
+    result = validate(files)
+    if result.unreadable or result.report.errors:
+        raise ValueError(f"{contracts_dir}: contracts do not validate (run `pv validate`)")
+    rows = []
+    for contract in result.contracts:
+        root = find_root(contract.path)
+        for gate in contract.gates:
+            t, measured = gate.threshold, None
+            if gate.evidence and (root / gate.evidence).is_file():
+                ev = json.loads((root / gate.evidence).read_text(encoding="utf-8"))
+                metric = ev["measurements"].get(t.metric)
+                if metric is not None:
+                    measured = metric["value"]
+            why = (
+                f"{t.metric} = {_number(measured)} {t.unit} (needs {t.comparator} "
+                f"{_number(t.value)})"
+                if measured is not None
+                else gate.partial_note or f"no evidence yet; needs {t}"
+            )
+            rows.append(
+                {
+                    "gate": gate.id,
+                    "contract": contract.id,
+                    "status": gate.status,
+                    "ship_blocking": gate.ship_blocking,
+                    "why": " ".join(why.split()),
+                    "this_run": checks.get(gate.id, {}).get("verdict"),
+                }
+            )
+    return rows
+
+
+def _number(value: float) -> str:
+    """Integers exactly (373509120, not 3.73509e+08); other values to 4 significant digits."""
+    if float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.4g}"
+
+
+def build_summary(
+    run_dir: Path,
+    state: PipelineState,
+    corpus: dict,
+    run_config: Any,
+    outcomes: list,
+    *,
+    contracts_dir: Path = Path("contracts"),
+) -> dict:
+    run_dir = Path(run_dir)
+    manifest = json.loads((run_dir / "data" / "manifest.json").read_text(encoding="utf-8"))
+    splits = manifest["splits"]
+    tokens = manifest["totals"]["tokens"]
+    baseline = json.loads((run_dir / "baseline.json").read_text(encoding="utf-8"))
+    checkpoint = run_dir / state.output("train", "checkpoint")
+    checks = state.stages.get("gates", {}).get("results", {}).get("checks", {})
+    rows = _gate_rows(contracts_dir, checks)
+    plots = state.stages.get("plots", {}).get("results", {}).get("files", [])
+    return {
+        "run_dir": str(run_dir),
+        "stages": [
+            {"stage": o.name, "reused": o.reused, "seconds": round(o.seconds, 1)} for o in outcomes
+        ],
+        "tokenizer": {
+            "vocab_size": manifest["tokenizer"]["vocab_size"],
+            "sha256": manifest["tokenizer"]["sha256"],
+            "corpus_files": corpus["files"],
+            "corpus_bytes": corpus["bytes"],
+            "tokens": tokens,
+            "bytes_per_token": corpus["bytes"] / tokens if tokens else None,
+        },
+        "data": {
+            "train_tokens": splits["train"]["tokens"],
+            "val_tokens": splits["val"]["tokens"],
+            "train_documents": splits["train"]["documents"],
+            "val_documents": splits["val"]["documents"],
+        },
+        "training": _training(run_dir, run_config),
+        "baseline": baseline,
+        "checkpoint": {
+            "path": str(checkpoint),
+            "bytes": _tree_bytes(checkpoint),
+            "manifest_sha256": state.output("train", "manifest_sha256"),
+        },
+        "export": {
+            "path": str(run_dir / "export"),
+            "bytes": _tree_bytes(run_dir / "export"),
+            "model_sha256": state.output("export", "model_sha256"),
+        },
+        "plots": [str(run_dir / p) for p in plots],
+        "gates": rows,
+    }
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def render_summary(s: dict) -> str:
+    tok, data, tr, base = s["tokenizer"], s["data"], s["training"], s["baseline"]
+    reused = sum(st["reused"] for st in s["stages"])
+    lines = [
+        "",
+        f"shipgate pipeline: {s['run_dir']}  ({len(s['stages'])} stages, {reused} reused, "
+        f"{s.get('seconds', 0):.0f} s)",
+        f"  tokenizer   byte-level BPE, vocab {tok['vocab_size']:,}; corpus "
+        f"{tok['corpus_files']:,} files, {_mb(tok['corpus_bytes'])} -> {tok['tokens']:,} tokens "
+        f"({tok['bytes_per_token']:.2f} bytes/token)",
+        f"  data        train {data['train_tokens']:,} tokens ({data['train_documents']:,} "
+        f"documents), val {data['val_tokens']:,} tokens ({data['val_documents']:,})",
+    ]
+    val = (
+        f", val loss {tr['last_val_loss']:.3f} at step {tr['last_val_step']}"
+        if tr["last_val_loss"] is not None
+        else ""
+    )
+    speed = tr["median_tokens_per_s"]
+    lines.append(
+        f"  training    {tr['steps']} of {tr['max_steps']} steps ({tr['status']}), loss "
+        f"{tr['first_loss']:.3f} -> {tr['last_loss']:.3f}{val}"
+        + (f"; {speed:,.0f} tokens/s median" if speed else "")
+    )
+    model, kn = base["model"], base["kn_trigram"]
+    verdict = "the model is better" if base["ratio"] < 1 else "the trigram is still better"
+    lines.append(
+        f"  validation  perplexity {model['perplexity']:.1f} (loss {model['loss']:.3f}) vs "
+        f"Kneser-Ney trigram {kn['perplexity']:.1f} fitted on the same "
+        f"{kn['training_tokens']:,} training tokens: ratio {base['ratio']:.2f}, {verdict} "
+        f"({base['validation']['targets']:,} val targets)"
+    )
+    ck, ex = s["checkpoint"], s["export"]
+    lines.append(f"  checkpoint  {ck['path']}  {_mb(ck['bytes'])}  manifest sha256 "
+                 f"{ck['manifest_sha256'][:16]}")  # fmt: skip
+    lines.append(f"  export      {ex['path']}  {_mb(ex['bytes'])}  model sha256 "
+                 f"{ex['model_sha256'][:16]}")  # fmt: skip
+    if s["plots"]:
+        lines.append(f"  plots       {', '.join(s['plots'])}")
+    lines.extend(render_gate_table(s["gates"]))
+    return "\n".join(lines)
+
+
+def render_gate_table(rows: list[dict]) -> list[str]:
+    if not rows:
+        return ["  gates       no contracts here: nothing to show"]
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    blocking = [r for r in rows if r["ship_blocking"]]
+    met = sum(r["status"] == "PASS" for r in blocking)
+    head = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    lines = [
+        f"  gates       {len(rows)} gates: {head}; ship-blocking {met} of {len(blocking)} PASS",
+        f"    {'gate':<24} {'status':<7} {'ship':<5} {'this run':<9} why",
+    ]
+    for r in rows:
+        this = r["this_run"] or "-"
+        ship = "yes" if r["ship_blocking"] else ""
+        lines.append(f"    {r['gate']:<24} {r['status']:<7} {ship:<5} {this:<9} {r['why']}")
+    return lines

@@ -49,8 +49,14 @@ def write_temp(target: Path, data: bytes) -> Path:
 
 
 def atomic_write(target: Path, data: bytes) -> None:
+    """``target`` holds its old bytes or ``data``, never a part; no temp file outlives a failure."""
     tmp = write_temp(target, data)
-    os.replace(tmp, target)
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
     _fsync_dir(target.parent)
 
 

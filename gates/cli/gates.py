@@ -1,4 +1,4 @@
-"""`gates` — gates and their evidence: list, show, check, promote, demote, audit.
+"""`gates` — gates and their evidence: list, show, check, promote, demote, audit, report.
 
 A gate's status changes only through `gates promote` / `gates demote`, never by hand:
 promotion re-measures the gate against real artifacts and writes the evidence it shows.
@@ -11,7 +11,7 @@ import json
 import sys
 
 from gates import __version__, evidence, exit_codes
-from gates.cli import gates_audit, gates_promotion
+from gates.cli import gates_audit, gates_promotion, gates_report
 from gates.cli.common import add_contract_arguments, require_known, run_guarded, valid_contracts
 from gates.contract import SHIP_STATUSES, Contract, Gate
 from gates.validate import find_root
@@ -113,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_show)
     gates_promotion.add_parsers(sub, add_contract_arguments)
     gates_audit.add_parser(sub, add_contract_arguments)
+    gates_report.add_parser(sub, add_contract_arguments)
     return parser
 
 

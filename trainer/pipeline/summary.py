@@ -142,6 +142,7 @@ def build_summary(
             "model_sha256": state.output("export", "model_sha256"),
         },
         "plots": [str(run_dir / p) for p in plots],
+        "report": str(run_dir / "report.html") if (run_dir / "report.html").is_file() else None,
         "gates": rows,
     }
 
@@ -189,6 +190,8 @@ def render_summary(s: dict) -> str:
                  f"{ex['model_sha256'][:16]}")  # fmt: skip
     if s["plots"]:
         lines.append(f"  plots       {', '.join(s['plots'])}")
+    if s.get("report"):
+        lines.append(f"  report      {s['report']}  (gates, evidence and audit in a browser)")
     lines.extend(render_gate_table(s["gates"]))
     return "\n".join(lines)
 

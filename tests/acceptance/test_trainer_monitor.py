@@ -39,6 +39,8 @@ SNAPSHOT_KEYS = {
     "val_losses",
     "last_checkpoint",
     "alerts",
+    "reason",
+    "ended_at",
 }
 
 
@@ -66,7 +68,18 @@ def test_live_view_of_a_finished_run_draws_once_and_exits_0(tmp_path, capsys, mo
 
 
 def _must_not_sleep(seconds: float) -> None:
-    raise AssertionError("a finished run needs no refresh")
+    raise AssertionError("an ended run needs no refresh")
+
+
+@pytest.mark.parametrize("status", ["alert", "aborted", "signal", "early_stopping"])
+def test_live_view_of_a_run_that_ended_early_draws_once_and_exits_0(
+    tmp_path, capsys, monkeypatch, status
+):
+    monkeypatch.setattr(commands.time, "sleep", _must_not_sleep)
+    run = make_run(tmp_path / "run", steps=30, end=(status, "stopped on purpose"))
+    assert cli.main(["monitor", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "30 / 50" in out and f"{status}: stopped on purpose" in out
 
 
 def test_live_view_refreshes_until_the_run_finishes_or_ctrl_c(tmp_path, capsys, monkeypatch):
@@ -156,3 +169,4 @@ def test_a_real_tiny_run_read_back_with_json(tmp_path, capsys):
     assert snap["tokens_per_s"] > 0 and snap["step_s"] > 0 and snap["elapsed_s"] > 0
     assert len(snap["losses"]) == 8 and snap["loss"] == snap["losses"][-1]
     assert snap["alerts"] == []
+    assert snap["reason"] == "step 8: max_steps 8 reached" and snap["ended_at"]

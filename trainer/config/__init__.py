@@ -1,4 +1,5 @@
 """The run config: one YAML file defines a training run (model, data, optimizer, training,
 monitoring). schema.json is its JSON Schema; load.py reads and checks it; algebra.py is the
 C-TRAINCFG-001 step/epoch/warmup/token preflight; sequences.py counts N from the shard
-manifest; commands.py is `trainer validate`. Nothing here imports torch."""
+manifest; alerts.py parses the monitoring.alerts rules; commands.py is `trainer validate`.
+Nothing here imports torch."""

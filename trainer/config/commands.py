@@ -53,8 +53,35 @@ def validate(
     )
     findings = [rule_finding(cfg, v, "error") for v in report.violations]
     findings += [rule_finding(cfg, w, "warning") for w in report.warnings]
+    findings += alert_warnings(cfg)
     findings.sort(key=lambda f: (f.severity != "error", f.line or 0, f.column or 0))
     return findings, cfg, report
+
+
+def alert_warnings(cfg: RunConfig) -> list[ConfigFinding]:
+    """Alert rules this config can never check: from a step past max_steps, or on
+    val_loss when no step evaluates (eval_interval > max_steps). Warnings: the run is
+    fine, the rule is dead weight that looks like protection."""
+    t = cfg.training
+    found = []
+    for index, rule in enumerate(cfg.monitoring.alerts):
+        field = f"monitoring.alerts[{index}]"
+        if rule.after_step > t.max_steps:
+            why = f"after_step {rule.after_step} > max_steps {t.max_steps}"
+            hint = "lower after_step"
+        elif rule.metric == "val_loss" and t.eval_interval > t.max_steps:
+            why = f"no evaluation: eval_interval {t.eval_interval} > max_steps {t.max_steps}"
+            hint = "lower training.eval_interval"
+        else:
+            continue
+        line, column = cfg.position_of(field)
+        message = f'rule "{rule.when}" is never checked ({why})'
+        found.append(
+            ConfigFinding(
+                str(cfg.path), line, column, field, message, hint, "alert-never-checked", "warning"
+            )
+        )
+    return found
 
 
 def summary(cfg: RunConfig, report: DataFreeReport, world_size: int = 1) -> list[str]:
@@ -74,8 +101,23 @@ def summary(cfg: RunConfig, report: DataFreeReport, world_size: int = 1) -> list
         f"  tokens    at most {report.tokens_upper_bound:,} "
         f"({report.tokens_per_param_upper_bound:.2f} per parameter) if all {t.max_steps} "
         "steps are reachable",
+        *_alert_lines(cfg),
         f"  not checked: {NOT_CHECKED}",
     ]
+
+
+def _alert_lines(cfg: RunConfig) -> list[str]:
+    """One summary line per action of monitoring.alerts (none without rules)."""
+    lines = []
+    for action in ("stop", "warn"):
+        rules = [
+            rule.when + (f" from step {rule.after_step}" if rule.after_step else "")
+            for rule in cfg.monitoring.alerts
+            if rule.action == action
+        ]
+        if rules:
+            lines.append(f"  alerts    {action}: {'; '.join(rules)}")
+    return lines
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

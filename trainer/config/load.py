@@ -10,7 +10,9 @@ Checks, all reported together, never as a traceback: the YAML itself (gates/sour
 binary, tabs, duplicate keys, aliases, syntax), the JSON Schema in schema.json (unknown
 keys with a did-you-mean, types, ranges, enums, required keys; integers must be written
 as integers, numbers must be finite), then the architecture (LlamaConfig.problems(),
-cited at the offending key) and seq_len <= max_position_embeddings.
+cited at the offending key), seq_len <= max_position_embeddings, and each alert rule's
+``when`` expression (trainer/config/alerts.py), cited at its line as
+``monitoring.alerts[I].when``.
 
 YAML numbers may use underscores (``32_768``, ``1_000_000``) and exponents (``3.0e-4``):
 the YAML reader (ruamel, YAML 1.2 rules with underscores) already reads them as numbers,
@@ -35,9 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator, validators
-from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from gates.source import SourceError, UnreadablePathError, YamlSource, read_yaml
+from trainer.config.alerts import AlertRule, AlertSyntaxError, parse_rule, parse_when
 from trainer.config.algebra import AlgebraInputs, default_min_lr
 from trainer.model.config import LlamaConfig, ModelConfigError, preset
 
@@ -140,6 +143,7 @@ class TrainingConfig:
 @dataclass(frozen=True)
 class MonitoringConfig:
     log_interval: int
+    alerts: tuple[AlertRule, ...] = ()  # checked by the loop after every step, in file order
 
 
 @dataclass(frozen=True)
@@ -227,13 +231,23 @@ _Validator = validators.extend(
 
 
 def _dotted(where: tuple) -> str:
-    return ".".join(str(p) for p in where)
+    """``monitoring.alerts[1].when`` for ("monitoring", "alerts", 1, "when")."""
+    out = ""
+    for part in where:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
 
 
 def _subschema(where: tuple) -> dict:
     node = schema()
     for step in where:
-        node = node.get("properties", {}).get(str(step), {})
+        if isinstance(step, int):  # a list entry: the schema of the list's items
+            node = node.get("items", {})
+        else:
+            node = node.get("properties", {}).get(str(step), {})
     return node
 
 
@@ -273,6 +287,8 @@ def _type_hint(value: Any, expected: str | list) -> str:
         return "write true or false"
     if "object" in wanted:
         return "write a mapping of keys under it"
+    if "array" in wanted:
+        return "write a list, one '- ' entry per line"
     if "string" in wanted:
         return "quote it if it is meant as text"
     return ""
@@ -381,6 +397,31 @@ def _schema_findings(src: YamlSource) -> Iterator[ConfigFinding]:
 
 
 # ---------------------------------------------------------------- semantic checks
+def _alert_findings(src: YamlSource) -> list[ConfigFinding]:
+    """Each alert rule's ``when`` that is a string but not ``METRIC COMPARATOR NUMBER``,
+    cited at its value; entries the schema already refuses as a whole are its findings."""
+    monitoring = src.data.get("monitoring")
+    alerts = monitoring.get("alerts") if isinstance(monitoring, dict) else None
+    if not isinstance(alerts, list):
+        return []
+    findings = []
+    for index, entry in enumerate(alerts):
+        when = entry.get("when") if isinstance(entry, dict) else None
+        if not isinstance(when, str) or not when:
+            continue
+        try:
+            parse_when(when)
+        except AlertSyntaxError as exc:
+            where = ("monitoring", "alerts", index, "when")
+            line, col = src.locate(where, at_key=False)
+            findings.append(
+                ConfigFinding(
+                    str(src.path), line, col, _dotted(where), str(exc), exc.hint, "bad-alert"
+                )
+            )
+    return findings
+
+
 def _errors_under(findings: list[ConfigFinding], prefix: str) -> bool:
     return any(f.field == prefix or f.field.startswith(prefix + ".") for f in findings)
 
@@ -444,6 +485,12 @@ def _positions(tree: Any, prefix: tuple = ()) -> dict[str, tuple[int, int]]:
         for key, value in tree.items():
             line, col = tree.lc.key(key)
             where = (*prefix, str(key))
+            out[_dotted(where)] = (line + 1, col + 1)
+            out.update(_positions(value, where))
+    elif isinstance(tree, CommentedSeq):  # list entries: "monitoring.alerts[1]"
+        for index, value in enumerate(tree):
+            line, col = tree.lc.item(index)
+            where = (*prefix, index)
             out[_dotted(where)] = (line + 1, col + 1)
             out.update(_positions(value, where))
     return out
@@ -513,6 +560,7 @@ def load_config(path: Path | str) -> RunConfig:
         )
 
     findings = list(_schema_findings(src))
+    findings += _alert_findings(src)
     model_cfg = None
     if not _errors_under(findings, "model"):
         model_cfg, problems = _build_model(src, data["model"])
@@ -589,6 +637,9 @@ def _build(src: YamlSource, model_cfg: LlamaConfig) -> RunConfig:
             keep_checkpoints=training["keep_checkpoints"],
             data_parallel=training["data_parallel"],
         ),
-        monitoring=MonitoringConfig(log_interval=monitoring["log_interval"]),
+        monitoring=MonitoringConfig(
+            log_interval=monitoring["log_interval"],
+            alerts=tuple(parse_rule(entry) for entry in monitoring["alerts"]),
+        ),
         positions=_positions(src.tree),
     )

@@ -6,9 +6,10 @@
     trainer monitor runs/demo/train --interval 10
 
 It only reads (trainer/monitor/snapshot.py), so any number of monitors can watch one run
-while it trains. Exit status: 0 (also on Ctrl-C, and when the run finishes: a last view
-first); 1 RUN_DIR is not a run directory or its metrics cannot be trusted, the path named;
-2 a usage error (--interval must be > 0).
+while it trains. The live view ends when the run does (finished, early stopping, a
+signal, a stop alert, aborted: its end record in training_state.json), after a last view.
+Exit status: 0 (also on Ctrl-C, and when the run ends); 1 RUN_DIR is not a run directory
+or its metrics cannot be trusted, the path named; 2 a usage error (--interval must be > 0).
 """
 
 from __future__ import annotations
@@ -40,17 +41,18 @@ def _interval(text: str) -> float:
 
 
 def watch(run_dir: Path, interval: float, console: object) -> int:
-    """Refresh the view every ``interval`` seconds until the run finishes (a final view,
-    exit 0) or Ctrl-C (exit 0)."""
+    """Refresh the view every ``interval`` seconds until the run ends (a final view, exit
+    0) or Ctrl-C (exit 0)."""
     from rich.live import Live  # noqa: PLC0415 - rich only when a view is drawn
 
     from trainer.monitor.snapshot import take_snapshot  # noqa: PLC0415
     from trainer.monitor.view import render  # noqa: PLC0415
+    from trainer.train.metrics_file import END_STATUSES  # noqa: PLC0415
 
     snap = take_snapshot(run_dir)
     try:
         with Live(render(snap), console=console, auto_refresh=False) as live:
-            while snap.status != "finished":
+            while snap.status not in END_STATUSES:
                 time.sleep(interval)
                 snap = take_snapshot(run_dir)
                 live.update(render(snap), refresh=True)

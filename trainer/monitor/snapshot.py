@@ -17,9 +17,13 @@ one run while it trains):
   so for a moment it names the checkpoint before.
 - ``run_manifest.json``'s mtime: when this launch started (it is written before step 1).
 
-Status: ``starting`` (no step yet), ``running``, ``finished`` (step == max_steps) or
-``stale`` (no update for more than STALE_FACTOR median steps, and at least
-STALE_FLOOR_S: an evaluation or a checkpoint save pauses the steps for a while).
+Status: how the run ended when training_state.json says so (the loop's end record,
+MetricsWriter.finish: ``finished``, ``early_stopping``, ``signal``, ``alert`` or
+``aborted``, with ``reason`` and ``ended_at``); else ``starting`` (no step yet),
+``running``, ``finished`` (step == max_steps: runs written before the end record existed)
+or ``stale`` (no update for more than STALE_FACTOR median steps, and at least
+STALE_FLOOR_S: an evaluation or a checkpoint save pauses the steps for a while). A run
+killed without a word (SIGKILL, power loss) has no end record: it turns stale.
 """
 
 from __future__ import annotations
@@ -34,7 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainer.checkpoint.layout import MANIFEST_FILE, checkpoint_dirs, step_of
-from trainer.train.metrics_file import METRICS_FILE, STATE_FILE, MetricsFileError, parse_line
+from trainer.train.metrics_file import (
+    END_STATUSES,
+    METRICS_FILE,
+    STATE_FILE,
+    MetricsFileError,
+    parse_line,
+)
 
 RUN_MANIFEST = "run_manifest.json"  # trainer/train/manifest.py's name; that module imports torch
 CHECKPOINTS_DIR = "checkpoints"  # where `trainer apply` saves (loop.settings_from_config, --out)
@@ -61,7 +71,7 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class Alert:
-    kind: str  # non_finite | grad_norm_spike | stale | val_loss_up
+    kind: str  # non_finite | grad_norm_spike | stale | val_loss_up | rule (monitoring.alerts)
     message: str
 
 
@@ -87,6 +97,8 @@ class Snapshot:
     val_losses: list[list[float]]  # [step, val_loss] of each evaluation in the tail
     last_checkpoint: Checkpoint | None
     alerts: list[Alert]
+    reason: str | None = None  # why the run ended (training_state.json), None while it runs
+    ended_at: str | None = None  # when (UTC, ISO 8601)
 
     def to_json(self) -> dict:
         """The snapshot as strict JSON: NaN/inf become strings, as in metrics.jsonl."""
@@ -209,6 +221,36 @@ def duration(seconds: float | None) -> str:
     return f"{secs}s"
 
 
+def _rule_alert(records: list[dict]) -> Alert | None:
+    """The config's alert rules that fired (the loop's ``alerts`` entries): the newest
+    step's, and on how many steps of the tail any fired."""
+    fired = [r for r in records if isinstance(r.get("alerts"), list) and r["alerts"]]
+    if not fired:
+        return None
+    newest = fired[-1]
+    rules = "; ".join(
+        f"{a.get('rule')} ({a.get('action')}, value {a.get('value')})"
+        for a in newest["alerts"]
+        if isinstance(a, dict)
+    )
+    more = f" (fired on {len(fired)} of the last {len(records)} steps)" if len(fired) > 1 else ""
+    return Alert("rule", f"step {newest['step']}: {rules}{more}")
+
+
+def _end_record(state: dict | None, path: Path) -> tuple[str, str, str | None] | None:
+    """(status, reason, ended_at) of a run that recorded its end, else None."""
+    if not state or "status" not in state:
+        return None
+    status = state["status"]
+    if status not in END_STATUSES:
+        raise RunDirError(
+            f"{path}: status {status!r} is not one of {', '.join(END_STATUSES)}; "
+            "the trainer writes no other"
+        )
+    reason, ended = state.get("reason"), state.get("ended_at")
+    return status, str(reason or ""), ended if isinstance(ended, str) else None
+
+
 def _alerts(
     records: list[dict], status: str, updated_ago: float | None, step_s: float | None
 ) -> list[Alert]:
@@ -245,6 +287,9 @@ def _alerts(
         alerts.append(
             Alert("val_loss_up", f"val loss rose {v0:.4f} (step {s0}) -> {v1:.4f} (step {s1})")
         )
+    rule = _rule_alert(records)
+    if rule is not None:
+        alerts.append(rule)
     return alerts
 
 
@@ -276,7 +321,10 @@ def take_snapshot(run_dir: Path, *, now: float | None = None) -> Snapshot:
     step_s = _median([_number(r.get("step_s")) for r in recent])
     stamps = [t for t in (_mtime(state_path), _mtime(metrics_path)) if t is not None]
     updated_ago = now - max(stamps) if stamps else None
-    if step is None:
+    ended = _end_record(state, state_path)
+    if ended is not None:
+        status = ended[0]  # the run said how it ended: never stale, never running
+    elif step is None:
         status = "starting"
     elif max_steps is not None and step >= max_steps:
         status = "finished"
@@ -289,10 +337,14 @@ def take_snapshot(run_dir: Path, *, now: float | None = None) -> Snapshot:
 
     started = _mtime(run_dir / RUN_MANIFEST)
     if started is not None and stamps:
-        elapsed = (max(stamps) if status == "finished" else now) - started
+        elapsed = (max(stamps) if status in END_STATUSES else now) - started
     else:
         elapsed = sum(v for r in records if (v := _number(r.get("step_s"))) is not None) or None
     remaining = max_steps - step if max_steps is not None and step is not None else None
+    # A run that ended before max_steps has no time left to estimate.
+    eta = remaining * step_s if remaining is not None and step_s is not None else None
+    if ended is not None and status != "finished":
+        eta = None
     series = records[-SERIES:]
     vals = [[r["step"], v] for r in records if (v := _number(r.get("val_loss"))) is not None]
     return Snapshot(
@@ -309,11 +361,13 @@ def take_snapshot(run_dir: Path, *, now: float | None = None) -> Snapshot:
         grad_norm_median=_median([_number(r.get("grad_norm")) for r in recent]),
         tokens_per_s=_median([_number(r.get("tokens_per_s")) for r in recent]),
         step_s=step_s,
-        eta_s=remaining * step_s if remaining is not None and step_s is not None else None,
+        eta_s=eta,
         elapsed_s=elapsed,
         updated_s_ago=updated_ago,
         val_loss=vals[-1][1] if vals else None,
         val_losses=vals,
         last_checkpoint=last_checkpoint(run_dir, now),
         alerts=_alerts(records, status, updated_ago, step_s),
+        reason=ended[1] if ended else None,
+        ended_at=ended[2] if ended else None,
     )

@@ -19,7 +19,16 @@ from rich.text import Text
 from trainer.monitor.snapshot import Snapshot, duration
 from trainer.monitor.sparkline import SERIES_WIDTH, sparkline
 
-STATUS_STYLE = {"running": "green", "finished": "cyan", "stale": "yellow", "starting": "dim"}
+STATUS_STYLE = {
+    "running": "green",
+    "finished": "cyan",
+    "early_stopping": "cyan",
+    "signal": "yellow",
+    "stale": "yellow",
+    "starting": "dim",
+    "alert": "bold red",
+    "aborted": "bold red",
+}
 
 
 def _value(value: float | None, spec: str) -> str:
@@ -53,6 +62,8 @@ def _rows(snap: Snapshot) -> list[tuple[str, RenderableType]]:
     saved = f"step {ckpt.step:,}, {duration(ckpt.age_s)} ago" if ckpt else "none yet"
     rows.append(("checkpoint", Text(saved)))
     rows.append(("updated", Text(f"{duration(snap.updated_s_ago)} ago")))
+    if snap.reason is not None:
+        rows.append(("ended", Text(f"{snap.status}: {snap.reason}")))
     return rows
 
 

@@ -6,6 +6,7 @@
 - loss.py: next-token cross-entropy, the token mean of the global batch.
 - optim.py: AdamW with decay/no-decay groups, LR application, gradient clipping.
 - guards.py: non-finite values, divergence, early stopping, validation size.
+- alerts.py: the config's alert rules (monitoring.alerts) against each step's record.
 - loop.py: the loop itself (LoopSettings, train, TrainResult).
 - distributed.py, fsdp.py: data parallelism under torchrun (ddp, fsdp).
 - metrics.py, manifest.py: per-step metrics, training_state.json, the run manifest;

@@ -49,6 +49,7 @@ _NOT_IDENTITY = {
     "keep_checkpoints",
     "resume_from",
     "resume_override",
+    "alerts",
 }
 
 
@@ -61,6 +62,10 @@ def run_identity(settings: Any) -> tuple[str, str | None]:
             # checkpoint format is one): a ddp checkpoint resumes under fsdp and back, and
             # the hashes of configs written before the key existed do not change.
             cfg["training"] = {k: v for k, v in cfg["training"].items() if k != "data_parallel"}
+        if isinstance(cfg.get("monitoring"), dict):
+            # Alert rules watch the run; they change no step. A run stopped by one resumes
+            # with the rule adjusted, and configs written before the key keep their hash.
+            cfg["monitoring"] = {k: v for k, v in cfg["monitoring"].items() if k != "alerts"}
     else:
         cfg = {
             f.name: getattr(settings, f.name)

@@ -23,11 +23,21 @@ Data parallel: ``torchrun --standalone --nproc_per_node N -m trainer apply CONFI
 sequences; rank 0 writes the metrics, the manifest and the checkpoints. A checkpoint is
 resumed on the world size that wrote it, or refused (exit 1).
 
+Alerts: the config's ``monitoring.alerts`` rules (``- when: loss > 12.0`` / ``action:
+stop | warn``) are checked after every step; warn prints a line on stderr and adds an
+``alerts`` entry to the step's metrics line, stop ends the run after the first step that
+breaches the rule, with that step's checkpoint (trainer/train/alerts.py).
+
 Exit status: 0 the run finished (max_steps, early stopping, or SIGTERM/SIGINT after the
 step in progress and a checkpoint); 1 the config or the data is unusable, the output
 directory already holds a run, the vocabularies disagree, or the resume is refused
 (nothing written); 3 the run aborted (non-finite loss or gradient norm, divergence,
-exhausted data), with the step and the value on stderr.
+exhausted data), with the step and the value on stderr; 4 a stop alert ended the run
+after a step (checkpointed when the run has a checkpoint directory), with the rule, the
+step and the value on stderr. Under torchrun the launcher's own status is 1 whenever a
+rank exits non-zero (3 or 4 included); rank 0's stderr says which. training_state.json
+records how every run ended (status finished | early_stopping | signal | alert | aborted,
+and the reason).
 """
 
 from __future__ import annotations
@@ -37,9 +47,11 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 INPUT_ERROR_STATUS = 1
 ABORT_STATUS = 3  # looked up at exit time (tests/mutants/loop.py: exit-zero-on-abort)
+ALERT_STATUS = 4  # a stop rule of monitoring.alerts ended the run
 
 
 def _fail(message: str) -> int:
@@ -165,8 +177,15 @@ def cmd_apply(args: argparse.Namespace) -> int:
     except (guards.NonFiniteError, guards.DivergenceError, DataExhaustedError) as exc:
         print(f"trainer apply: run aborted: {exc}", file=sys.stderr)
         return ABORT_STATUS
+    return _report(result, args.config, settings.out_dir)
+
+
+def _report(result: Any, config: Path, out_dir: Path | None) -> int:
+    """Rank 0's summary of a run that returned, and the exit status: ALERT_STATUS on every
+    rank when a stop rule ended the run (it did not finish), else 0."""
+    status = ALERT_STATUS if result.stop_reason == "alert" else 0
     if os.environ.get("RANK", "0") != "0":
-        return 0  # rank 0 reports the run
+        return status  # rank 0 reports the run
     first = result.resumed_from + 1  # a resumed run's first step is the one after it
     losses = (
         f"loss {result.losses[0]:.4f} at step {first} -> {result.losses[-1]:.4f}"
@@ -176,10 +195,16 @@ def cmd_apply(args: argparse.Namespace) -> int:
     resumed = f", resumed after step {result.resumed_from}" if result.resumed_from else ""
     saved = f"; checkpoints at steps {result.checkpoints}" if result.checkpoints else ""
     print(
-        f"{args.config}: {result.steps_run} steps ({result.stop_reason}{resumed}), {losses}; "
-        f"metrics in {settings.out_dir}{saved}"
+        f"{config}: {result.steps_run} steps ({result.stop_reason}{resumed}), {losses}; "
+        f"metrics in {out_dir}{saved}"
     )
-    return 0
+    if result.alert is not None:
+        step = result.alert.step
+        kept = f"; checkpoint of step {step} saved" if step in result.checkpoints else ""
+        print(
+            f"trainer apply: stopped by an alert: {result.alert.message()}{kept}", file=sys.stderr
+        )
+    return status
 
 
 def add_apply_parser(sub: argparse._SubParsersAction) -> None:

@@ -27,12 +27,20 @@ One run, top to bottom (C-TRAINING-LOOP):
      bad batch never reaches the weights or the AdamW moments;
    - step the optimizer, record and write the metrics;
    - every ``eval_interval`` steps: validation loss, divergence guard, early stopping;
+   - the config's alert rules (``monitoring.alerts``, alerts.py) against the step's record:
+     a warn rule is a stderr line and an ``alerts`` entry in the record; a stop rule ends
+     the run after this step like SIGTERM does (checkpoint, stop_reason "alert"), on the
+     first step that breaches it, agreed by every rank;
    - every ``save_interval`` steps, at the last step, and after the step in progress when
      SIGTERM/SIGINT arrives: a checkpoint (train/checkpointing.py; a failed save is loud
      and training goes on). With ``resume_from``, weights, AdamW state, RNG states, the
      scheduler step, the data position and the guards come from the checkpoint and the
      run continues at the step after it; metrics.jsonl first loses the lines of the steps
      after the checkpoint (metrics.rewind), so each step is in it once.
+6. However the run ends - max_steps, early stopping, a signal, a stop alert, or an
+   exception (NonFiniteError, DivergenceError, DataExhaustedError, anything) - train()
+   records it in training_state.json (MetricsWriter.finish: status, reason, ended_at),
+   so `trainer monitor` shows how a run ended instead of calling it stale.
 
 Data parallel (trainer/train/distributed.py): a process started by torchrun joins the
 process group (gloo on CPU, NCCL on CUDA) and trains a DistributedDataParallel model.
@@ -59,6 +67,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
+import signal
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -73,10 +83,12 @@ from trainer.checkpoint import rng
 from trainer.checkpoint.layout import CheckpointError
 from trainer.checkpoint.save import Gathered
 from trainer.checkpoint.state import TrainingState
+from trainer.config.alerts import AlertRule
 from trainer.data.loader import DataExhaustedError
 from trainer.model.config import LlamaConfig
 from trainer.model.llama import build_model
 from trainer.train import (
+    alerts,
     checkpointing,
     distributed,
     fsdp,
@@ -131,6 +143,7 @@ class LoopSettings:
     resume_from: str | Path | None = None  # "latest" (in checkpoint_dir) or a checkpoint
     resume_override: bool = False  # resume a checkpoint of another config / data set
     tokenizer_dir: Path | None = None  # recorded in checkpoints for export
+    alerts: tuple[AlertRule, ...] = ()  # monitoring.alerts: checked after every step
 
     def schedule_length(self) -> int:
         """A run cut short (trainer apply --max-steps) keeps its configured schedule."""
@@ -144,7 +157,7 @@ class TrainResult:
     grad_norms: list[float]
     lrs: list[float]
     val_losses: list[tuple[int, float]]
-    stop_reason: str  # "max_steps" | "early_stopping"
+    stop_reason: str  # "max_steps" | "early_stopping" | "signal" | "alert"
     model: nn.Module
     optimizer: torch.optim.Optimizer
     # Wraps taken, as ShardBatchIter counts them: the 0-based epoch of the last step.
@@ -152,6 +165,7 @@ class TrainResult:
     records: list[dict] = field(default_factory=list)  # the per-step metrics records
     checkpoints: list[int] = field(default_factory=list)  # steps saved by this process
     resumed_from: int = 0  # the checkpoint step this process started after (0: none)
+    alert: alerts.Fired | None = None  # the stop rule that ended the run (stop_reason "alert")
 
 
 # ---------------------------------------------------------------- settings
@@ -185,6 +199,7 @@ def settings_from_config(run_config: Any, **overrides: Any) -> LoopSettings:
         tokenizer_dir=Path(c.data.tokenizer),
         compile=training.compile,
         log_interval=c.monitoring.log_interval,
+        alerts=c.monitoring.alerts,
         mixed_precision=training.mixed_precision,
         data_parallel=training.data_parallel,
         resolved_config=c.to_json(),
@@ -418,7 +433,8 @@ def train(
     Raises preflight.PreflightError before anything is built or written when the model,
     tokenizer, shards or resumed checkpoint disagree on the vocabulary (fresh start and
     resume alike); DataExhaustedError, guards.NonFiniteError or guards.DivergenceError
-    during the run; a run never ends early without saying why (TrainResult.stop_reason).
+    during the run; a run never ends early without saying why (TrainResult.stop_reason,
+    and training_state.json's status and reason, written however the run ends).
     """
     preflight.check_run(settings, train_data, val_data)  # milliseconds; before the model
     device = _resolve_device(settings.device)
@@ -430,6 +446,13 @@ def train(
         run.stop = stop
         try:
             run.run()
+        except BaseException as exc:
+            # NaN, divergence, exhausted data, Ctrl-C without a checkpoint dir, any bug:
+            # the run records that it aborted, and the exception goes on to the caller.
+            _record_end(run, "aborted", f"{type(exc).__name__}: {exc}")
+            raise
+        else:
+            _record_end(run, *run.end_status())
         finally:
             run.writer.close()
             # The DDP wrapper goes before its process group does (a DDP reducer freed
@@ -533,10 +556,13 @@ class _Run:
             last = plan
             if plan.step % s.eval_interval == 0 and self.val_batches:
                 self.evaluate(plan.step, record)
+            fired = self.check_alerts(record)
             self.writer.write(record, max_steps=s.max_steps, log_interval=s.log_interval)
             if self.checkpointer is not None and self.checkpointer.due(plan.step):
                 self.save(plan)
             _call_hook(self.hooks, "after_step", plan.step, record)
+            if self.stop_on_alert(fired):
+                break  # saved below, as for a signal
             if self.result.stop_reason != "max_steps":
                 break
             requested = self.stop is not None and self.stop.requested is not None
@@ -545,7 +571,56 @@ class _Run:
                 self.result.stop_reason = "signal"  # SIGTERM/SIGINT: save, then a clean stop
                 break
         if last is not None and self.checkpointer is not None:
-            self.save(last)  # the last step, early stop or signal (a no-op if just saved)
+            self.save(last)  # the last step, early stop, signal or alert (no-op if just saved)
+
+    def check_alerts(self, record: dict) -> list[alerts.Fired]:
+        """The config's alert rules against this step's record (val_loss included when it
+        was an evaluation step): fired rules go into the record, and each warn rule is
+        one stderr line from rank 0 (the stop rules are reported by whoever stops)."""
+        fired = alerts.check(self.settings.alerts, record)
+        alerts.annotate(record, fired)
+        if self.world.is_main:
+            for warning in (f for f in fired if f.rule.action == "warn"):
+                lead = "\n" if sys.stderr.isatty() else ""  # after the progress line
+                print(f"{lead}trainer: alert: {warning.message()}", file=sys.stderr, flush=True)
+        return fired
+
+    def stop_on_alert(self, fired: list[alerts.Fired]) -> bool:
+        """Whether a stop rule ends the run after this step, agreed by every rank the way
+        SIGTERM is (any_rank), so none steps alone into a collective the others left.
+        Loss, grad norm, lr and val loss are the same on every rank; step times are not,
+        so the ranks then exchange which rule fired where and all name the first rank's.
+        A config without stop rules (the same on every rank) costs no collective."""
+        if not alerts.has_stop_rules(self.settings.alerts):
+            return False
+        mine = alerts.first_stop(fired)
+        if not distributed.any_rank(mine is not None, self.world):
+            return False
+        if self.world.distributed:
+            exchanged = distributed.gather_json({"stop": alerts.encode(mine)}, self.world)
+            stops = [r["stop"] for r in exchanged]
+            mine = alerts.decode(stops, self.settings.alerts, self.result.steps_run)
+        self.result.alert = mine
+        self.result.stop_reason = "alert"
+        return True
+
+    def end_status(self) -> tuple[str, str]:
+        """(status, reason) of a run that returned: training_state.json's end record."""
+        r, s = self.result, self.settings
+        if r.stop_reason == "alert" and r.alert is not None:
+            return "alert", r.alert.message()
+        if r.stop_reason == "early_stopping" and self.early is not None:
+            return "early_stopping", (
+                f"step {r.steps_run}: validation loss did not improve on {self.early.best!r} "
+                f"(evaluation {self.early.best_eval}) for {self.early.patience} evaluations"
+            )
+        if r.stop_reason == "signal":
+            got = self.stop.requested if self.stop is not None else None
+            name = signal.Signals(got).name if got else "a signal to another rank"
+            return "signal", f"{name}: stopped after step {r.steps_run}"
+        if r.stop_reason != "max_steps":
+            raise RuntimeError(f"no end status for stop reason {r.stop_reason!r}")
+        return "finished", f"step {r.steps_run}: max_steps {s.max_steps} reached"
 
     def save(self, plan: StepPlan) -> None:
         """Checkpoint the state after ``plan``'s step (a failure is reported, not raised)."""
@@ -589,6 +664,15 @@ class _Run:
             )
         if saved:
             self.result.checkpoints.append(plan.step)
+
+
+def _record_end(run: _Run, status: str, reason: str) -> None:
+    """MetricsWriter.finish; a failure to write it is loud on stderr but does not replace
+    the run's own outcome (its result, or the exception that aborted it)."""
+    try:
+        run.writer.finish(status, reason, max_steps=run.settings.max_steps)
+    except (OSError, metrics.MetricsFileError) as exc:
+        print(f"trainer: could not record the end status {status!r}: {exc}", file=sys.stderr)
 
 
 def _gather_rng(world: distributed.World) -> list[tuple[dict[str, Tensor], dict]]:

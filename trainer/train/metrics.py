@@ -8,7 +8,8 @@
 - ``metrics.jsonl``: one object per step - step, epoch, loss, lr, grad_norm, tokens,
   tokens_per_s, step_s, and mfu on CUDA only (a CPU has no meaningful peak to divide by).
 - ``training_state.json``: the latest record plus the run's progress, replaced atomically
-  (temp file, fsync, os.replace) so a reader never sees half a file.
+  (temp file, fsync, os.replace) so a reader never sees half a file; ``finish(status,
+  reason)`` adds how the run ended (status, reason, ended_at), once, at its end.
 - A progress line on stderr, only when stderr is a terminal (logs stay clean).
 - On resume from the checkpoint of step k, ``rewind(out_dir, k, max_steps=...)`` first
   drops every metrics line past step k (those steps are taken again) and a torn last line
@@ -36,6 +37,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
@@ -45,6 +47,7 @@ from trainer.model.config import LlamaConfig
 # The file formats live in a torch-free module so `trainer monitor` starts fast; these
 # names stay importable from here, where the loop and the tests look for them.
 from trainer.train.metrics_file import (  # noqa: F401 - re-exported
+    END_STATUSES,
     METRICS_FILE,
     STATE_FILE,
     MetricsFileError,
@@ -171,6 +174,30 @@ class MetricsWriter:
                 file=sys.stderr,
                 flush=True,
             )
+
+    def finish(self, status: str, reason: str, *, max_steps: int | None = None) -> None:
+        """Add how the run ended to training_state.json, atomically: its latest state plus
+        ``status`` (END_STATUSES), ``reason`` and ``ended_at`` (UTC, ISO 8601). Without it
+        a monitor cannot tell a run that stopped on purpose (early stopping, a signal, an
+        alert) or aborted from one that died without a word (SIGKILL: "stale").
+        ``max_steps`` fills a state file the run never wrote (it ended before a step)."""
+        if status not in END_STATUSES:
+            raise ValueError(f"end status {status!r} is not one of {', '.join(END_STATUSES)}")
+        if self.out_dir is None:
+            return
+        path = self.out_dir / STATE_FILE
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            state = {"max_steps": max_steps, "last": None}
+        except ValueError as exc:  # not JSON: written by something else (ours is atomic)
+            raise MetricsFileError(
+                f"{path}: not JSON ({exc}); the end status is not recorded"
+            ) from None
+        if not isinstance(state, dict):
+            raise MetricsFileError(f"{path}: not a JSON object; the end status is not recorded")
+        ended = datetime.now(UTC).isoformat(timespec="seconds")
+        atomic_write_json(path, state | {"status": status, "reason": reason, "ended_at": ended})
 
     def close(self) -> None:
         if self._lines is not None:

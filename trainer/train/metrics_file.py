@@ -5,6 +5,9 @@
   file and the line (``parse_line``).
 - ``training_state.json``: the latest record plus max_steps, replaced atomically
   (``atomic_write_json``: temp file, fsync, os.replace) so a reader never sees half a file.
+  At the end of every run the loop adds ``status`` (END_STATUSES), ``reason`` and
+  ``ended_at`` (MetricsWriter.finish); a run killed without a word (SIGKILL, power loss)
+  has none, and a resume drops them (metrics.rewind) while it runs again.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from pathlib import Path
 
 METRICS_FILE = "metrics.jsonl"
 STATE_FILE = "training_state.json"
+#: How a run ended (training_state.json "status"): max_steps reached, early stopping,
+#: SIGTERM/SIGINT, a stop alert (monitoring.alerts), or an exception (NaN, divergence, ...).
+END_STATUSES = ("finished", "early_stopping", "signal", "alert", "aborted")
 
 
 class MetricsFileError(ValueError):

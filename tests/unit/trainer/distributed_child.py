@@ -10,7 +10,10 @@ counts differ from row to row (so ranks hold unequal token counts), and rank 0 w
 OUT/result.json (per-step losses and grad norms as exact hex floats, the checkpoint steps)
 and OUT/weights.safetensors (the final weights). SPEC holds the LoopSettings overrides
 (micro_batch, max_steps, data_parallel, resume_from, ...) and optionally "checkpoints":
-true and "resume": true (checkpoints in OUT/checkpoints; resume from its latest).
+true and "resume": true (checkpoints in OUT/checkpoints; resume from its latest), and
+"alerts_by_rank": {RANK: [{"when": ..., "action": ...}, ...]} (monitoring.alerts rules
+per rank: a test can make one rank's rule fire alone). result.json also holds the stop
+reason, the steps run and the stop alert (index, step, value, rank).
 
 SPEC {"runs": {NAME: SPEC, ...}} takes several runs one after the other, each into
 OUT/NAME, in one process group that outlives them (one torchrun launch, not one each).
@@ -54,12 +57,18 @@ def run(spec: dict, out: Path) -> None:
     spec = dict(spec)
     checkpoints = spec.pop("checkpoints", False)
     resume = spec.pop("resume", False)
+    by_rank = spec.pop("alerts_by_rank", {})
     data = TensorSequences(padded_rows(64, 8, seed=5), pad_id=PAD)
     overrides = dict(spec, epochs=100, shuffle=True)
     if checkpoints:
         overrides |= {"checkpoint_dir": out / "checkpoints", "out_dir": out}
     if resume:
         overrides["resume_from"] = "latest"
+    if by_rank:
+        from trainer.config.alerts import parse_rule  # noqa: PLC0415
+
+        mine = by_rank.get(os.environ.get("RANK", "0"), [])
+        overrides["alerts"] = tuple(parse_rule(entry) for entry in mine)
     result = train(settings(**overrides), data, None)
     weights = _final_weights(result.model)  # every rank: gathering shards is a collective
     if os.environ.get("RANK", "0") != "0":
@@ -70,6 +79,16 @@ def run(spec: dict, out: Path) -> None:
         "grad_norms": [float(x).hex() for x in result.grad_norms],
         "checkpoints": result.checkpoints,
         "resumed_from": result.resumed_from,
+        "stop_reason": result.stop_reason,
+        "steps_run": result.steps_run,
+        "alert": None
+        if result.alert is None
+        else {
+            "index": result.alert.index,
+            "step": result.alert.step,
+            "value": result.alert.value,
+            "rank": result.alert.rank,
+        },
     }
     (out / "result.json").write_text(json.dumps(record), encoding="utf-8")
 

@@ -128,6 +128,48 @@ def test_to_json_is_strict_json(tmp_path):
     assert json.loads(text)["loss"] == "nan"
 
 
+# ------------------------------------------------------------------------- end of run
+@pytest.mark.parametrize(
+    ("status", "steps"),
+    [("alert", 30), ("aborted", 30), ("signal", 30), ("early_stopping", 30), ("finished", 50)],
+)
+def test_a_run_that_recorded_its_end_shows_it_not_stale(tmp_path, status, steps):
+    why = f"why it ended: {status}"
+    run = make_run(tmp_path / "run", steps=steps, updated_ago=5000, end=(status, why))
+    snap = take_snapshot(run, now=NOW)
+    assert (snap.status, snap.reason, snap.ended_at) == (status, why, "2023-11-14T22:13:19+00:00")
+    assert "stale" not in _kinds(snap)
+    assert snap.elapsed_s == pytest.approx(steps * 0.5)  # start to the last write, not to NOW
+    assert snap.eta_s == (0.0 if status == "finished" else None)  # nothing left to estimate
+    out = _text(render(snap))
+    assert f"ended       {status}: {why}" in out and status in out.splitlines()[-1]
+
+
+def test_without_an_end_record_an_old_run_is_stale_and_a_live_one_running(tmp_path):
+    # A SIGKILLed run writes nothing more: stale, as before the end record existed.
+    killed = take_snapshot(make_run(tmp_path / "killed", updated_ago=5000), now=NOW)
+    assert (killed.status, killed.reason, killed.ended_at) == ("stale", None, None)
+    live = take_snapshot(make_run(tmp_path / "live"), now=NOW)
+    assert (live.status, live.reason) == ("running", None)
+    assert "ended" not in _text(render(live))
+
+
+def test_an_end_status_the_trainer_never_writes_is_named(tmp_path):
+    run = make_run(tmp_path / "run", end=("done", "?"))
+    with pytest.raises(RunDirError, match=rf"{STATE_FILE}: status 'done' is not one of"):
+        take_snapshot(run, now=NOW)
+
+
+def test_the_config_alert_rules_that_fired_are_an_alert(tmp_path):
+    fired = [{"rule": "grad_norm > 1", "action": "warn", "value": 1.02}]
+    overrides = {s: {"alerts": fired} for s in (22, 26)}
+    snap = take_snapshot(make_run(tmp_path / "run", overrides=overrides), now=NOW)
+    assert _kinds(snap) == ["rule"]
+    assert snap.alerts[0].message == (
+        "step 26: grad_norm > 1 (warn, value 1.02) (fired on 2 of the last 30 steps)"
+    )
+
+
 # ------------------------------------------------------------------------- metrics.jsonl
 def test_a_torn_last_line_is_skipped(tmp_path):
     run = make_run(tmp_path / "run")

@@ -40,6 +40,22 @@ def test_load_run_returns_every_step_and_the_validation_losses(tmp_path):
     assert run.val_loss == [rows[4]["val_loss"], rows[9]["val_loss"]]
 
 
+def test_records_carrying_alert_entries_read_as_before(tmp_path):
+    # The loop adds "alerts" to a step's record when a monitoring.alerts rule fires.
+    rows = records(6, eval_every=3)
+    for row in rows[2:]:
+        row["alerts"] = [{"rule": "loss > 1", "action": "warn", "value": row["loss"]}]
+    run = load_run(write_metrics(tmp_path / "run", rows))
+    plain = load_run(write_metrics(tmp_path / "plain", records(6, eval_every=3)))
+    assert (run.steps, run.loss, run.lr, run.grad_norm, run.val_loss) == (
+        plain.steps,
+        plain.loss,
+        plain.lr,
+        plain.grad_norm,
+        plain.val_loss,
+    )
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [

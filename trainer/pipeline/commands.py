@@ -14,8 +14,8 @@ report. It ends with a summary, also written to RUN/summary.json.
 The config's data paths and output_dir are replaced by the run directory's (RUN/run.yaml
 is the config actually trained). Exit status: 0 done; 1 bad input or a stage that failed
 (its message names the stage and the command); 3 the training run aborted (non-finite
-loss, divergence, exhausted data) - run it again after fixing the cause and the stages
-before training are reused.
+loss, divergence, exhausted data); 4 a stop alert of the config ended it (its checkpoint is
+kept) - run it again after fixing the cause: the stages before training are reused.
 """
 
 from __future__ import annotations

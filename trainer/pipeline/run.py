@@ -107,7 +107,7 @@ class Pipeline:
             raise PipelineError(
                 f"stage {stage}: `trainer {' '.join(argv)}` exited {status}; its message is "
                 "above. Fix the cause and run the pipeline again: finished stages are reused",
-                status=3 if status == 3 else 1,
+                status=status if status in (3, 4) else 1,  # aborted / stopped by an alert
             )
         return status
 

@@ -42,3 +42,20 @@ def repo_root() -> Path:
 @pytest.fixture
 def fixture_project() -> Path:
     return FIXTURE_PROJECT
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_shipgate_home(tmp_path_factory):
+    """Runs register themselves in $SHIPGATE_HOME/registry.db (trainer/store/registry.py):
+    never the real home's, from module- and session-scoped fixtures either."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SHIPGATE_HOME", str(tmp_path_factory.mktemp("shipgate-home")))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def shipgate_home(tmp_path_factory, monkeypatch) -> Path:
+    """A registry of this test's own (empty at its start)."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("SHIPGATE_HOME", str(home))
+    return home

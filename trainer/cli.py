@@ -21,6 +21,7 @@ from trainer.monitor.commands import add_monitor_parser
 from trainer.pipeline.commands import add_pipeline_parser
 from trainer.plan.commands import add_plan_parser
 from trainer.plot.commands import add_plot_parser
+from trainer.store.commands import add_runs_parser
 from trainer.tokenizer.commands import add_tokenizer_parser
 from trainer.train.commands import add_apply_parser
 
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_checkpoint_parsers(sub)
     add_plot_parser(sub)
     add_monitor_parser(sub)
+    add_runs_parser(sub)
     add_pipeline_parser(sub)
     return parser
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import sysconfig
@@ -131,6 +132,16 @@ def test_a_run_makes_every_artifact_and_a_summary(first_run):
     run_yaml = (out / "run.yaml").read_text()
     assert f"shards: {out / 'data'}" in run_yaml and "elsewhere" not in run_yaml.split("\n", 1)[1]
     assert "validation  perplexity" in stdout and "checkpoint  " in stdout
+    # the training run recorded itself in its store, as it ended
+    run_id = json.loads((out / "train/run_manifest.json").read_text())["run_id"]
+    assert summary["run"] == {"run_id": run_id, "store": str(out / "train" / "runs.db")}
+    assert f"`trainer runs show {run_id[:8]}`" in stdout
+    store = sqlite3.connect(f"{(out / 'train/runs.db').as_uri()}?mode=ro", uri=True)
+    try:
+        assert store.execute("SELECT count(*), max(step) FROM metrics").fetchone() == (12, 12)
+        assert store.execute("SELECT status FROM runs").fetchone() == ("finished",)
+    finally:
+        store.close()
 
 
 def test_the_model_loss_in_the_summary_is_the_checkpoint_evaluated(first_run):

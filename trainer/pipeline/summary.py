@@ -45,6 +45,17 @@ def _training(run_dir: Path, run_config: Any) -> dict:
     }
 
 
+def _store(run_dir: Path) -> dict:
+    """The training run's id and its run store (runs.db), for `trainer runs show`."""
+    from trainer.store.rundir import read_run_manifest  # noqa: PLC0415
+    from trainer.store.schema import RUNS_DB  # noqa: PLC0415
+
+    train_dir = run_dir / "train"
+    _, run_id, _ = read_run_manifest(train_dir)
+    store = train_dir / RUNS_DB
+    return {"run_id": run_id, "store": str(store) if store.is_file() else None}
+
+
 def _gate_rows(contracts_dir: Path, checks: dict) -> list[dict]:
     """Every gate of every contract: status, threshold, the evidence's measured value, and
     this run's re-measurement where the gate stage made one."""
@@ -130,6 +141,7 @@ def build_summary(
             "val_documents": splits["val"]["documents"],
         },
         "training": _training(run_dir, run_config),
+        "run": _store(run_dir),
         "baseline": baseline,
         "checkpoint": {
             "path": str(checkpoint),
@@ -175,6 +187,13 @@ def render_summary(s: dict) -> str:
         f"{tr['first_loss']:.3f} -> {tr['last_loss']:.3f}{val}"
         + (f"; {speed:,.0f} tokens/s median" if speed else "")
     )
+    run = s["run"]
+    if run["store"] is not None:
+        lines.append(f"  run store   {run['store']}  (`trainer runs show {run['run_id'][:8]}`)")
+    else:  # a run directory trained before the store existed
+        lines.append(
+            f"  run store   none yet: `trainer runs sync {Path(s['run_dir']) / 'train'}` records it"
+        )
     model, kn = base["model"], base["kn_trigram"]
     verdict = "the model is better" if base["ratio"] < 1 else "the trigram is still better"
     lines.append(

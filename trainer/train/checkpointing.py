@@ -22,6 +22,7 @@ import signal
 import sys
 import threading
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,8 @@ class Checkpointer:
         self.directory, self.save_interval, self.keep = Path(directory), save_interval, keep
         self.saved: list[int] = []
         self.failures: list[str] = []
+        # Called with (step, path) after each successful save: the run store records it.
+        self.on_saved: Callable[[int, Path], None] | None = None
 
     def due(self, step: int) -> bool:
         return self.save_interval is not None and step % self.save_interval == 0
@@ -140,6 +143,8 @@ class Checkpointer:
             prune(self.directory, self.keep)
         except OSError as exc:  # the new checkpoint is safe; old ones merely stay on disk
             print(f"trainer: checkpoint retention failed after step {step}: {exc}", file=sys.stderr)
+        if self.on_saved is not None:
+            self.on_saved(step, path)
         return path
 
 

@@ -762,6 +762,8 @@ def _start(
         identity=identity,
         world=world,
     )
+    if checkpointer is not None:
+        checkpointer.on_saved = run.writer.checkpoint  # runs.db lists the saved checkpoints
     if resumed is not None:
         run.resumed = resumed
         run.first_step = checkpointing.first_step_after(resumed)

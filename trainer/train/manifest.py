@@ -4,7 +4,8 @@ Seed, the resolved config, versions (Python, torch, CUDA, this package, numpy), 
 commit and whether the tree was dirty, the sha256 of the data set's manifest.json, the
 host, the device, the data-parallel world size and backend (None: a single process),
 and the force_token_budget override when it was used - enough to tell two runs apart and
-to rerun one.
+to rerun one. ``run_id`` and ``run_started``: the run's id and first start
+(trainer/store/identity.py), the same across resumes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 
 from trainer import __version__
 from trainer.data.manifest import file_sha256
+from trainer.store.identity import launch_identity
 from trainer.train.metrics import atomic_write_json
 
 RUN_MANIFEST = "run_manifest.json"
@@ -84,5 +86,9 @@ def write_run_manifest(
     """``world``: a trainer.train.distributed.World (None: one process)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / RUN_MANIFEST
-    atomic_write_json(path, run_manifest(settings, seed=seed, device=device, world=world))
+    manifest = run_manifest(settings, seed=seed, device=device, world=world)
+    # The run id and first start: minted by a new run, carried over by a resume.
+    previous = path if settings.resume_from is not None else None
+    manifest |= launch_identity(previous, created=manifest["created"])
+    atomic_write_json(path, manifest)
     return path

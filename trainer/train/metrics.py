@@ -17,6 +17,8 @@
   step k; so after any crash and resume every step appears once. A bad line anywhere but
   the last is an error naming the file and the line, never skipped.
 - ``read_metrics(path)`` reads the records back under the same rule (``trainer plot``).
+- ``runs.db``: the run store (trainer/store/recorder.py), a row per step beside each line,
+  derived from these files; it never stops training (a failure is one warning).
 
 MFU = achieved model FLOP/s / the device's peak bf16 FLOP/s, with the model FLOPs of one
 token of training (forward + backward = 3 x forward) counted as in PaLM (Chowdhery et
@@ -43,6 +45,7 @@ from pathlib import Path
 import torch
 
 from trainer.model.config import LlamaConfig
+from trainer.store.recorder import RunRecorder
 
 # The file formats live in a torch-free module so `trainer monitor` starts fast; these
 # names stay importable from here, where the loop and the tests look for them.
@@ -128,9 +131,13 @@ class MetricsWriter:
         self.peak = peak_flops(device)
         self._lines = None
         self._tty = sys.stderr.isatty()
+        self.recorder: RunRecorder | None = None
         if self.out_dir is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             self._lines = (self.out_dir / METRICS_FILE).open("a", encoding="utf-8")
+            # runs.db, derived from these files: a store failure warns once, never raises.
+            self.recorder = RunRecorder(self.out_dir)
+            self.recorder.start()
 
     def step_record(
         self,
@@ -165,6 +172,7 @@ class MetricsWriter:
             self._lines.flush()
             state = {"max_steps": max_steps, "last": line}
             atomic_write_json(self.out_dir / STATE_FILE, state)
+            self.recorder.step(line, max_steps=max_steps)
         if self._tty and record["step"] % log_interval == 0:
             print(
                 f"\rstep {record['step']}/{max_steps}  loss {record['loss']:.4f}  "
@@ -198,8 +206,17 @@ class MetricsWriter:
             raise MetricsFileError(f"{path}: not a JSON object; the end status is not recorded")
         ended = datetime.now(UTC).isoformat(timespec="seconds")
         atomic_write_json(path, state | {"status": status, "reason": reason, "ended_at": ended})
+        if self.recorder is not None:
+            self.recorder.finish(status, reason, ended=ended)
+
+    def checkpoint(self, step: int, path: Path) -> None:
+        """The checkpoint of ``step`` was saved at ``path``: the run store records it."""
+        if self.recorder is not None:
+            self.recorder.checkpoint(step, path)
 
     def close(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
         if self._lines is not None:
             self._lines.close()
             self._lines = None

@@ -1,0 +1,122 @@
+"""The user's registry of runs: which run ids exist and in which directory.
+
+    path = register(run_id, run_dir, name, started)   # idempotent: one row per run id
+    runs = registered_runs()                           # [] when nothing was registered yet
+    run = find_run("3f2a")                             # a unique id prefix; RegistryError else
+
+One SQLite file, ``$SHIPGATE_HOME/registry.db``, by default
+``${XDG_DATA_HOME:-~/.local/share}/shipgate/registry.db``: one row per run (id, absolute
+run directory, name, first start, when first registered). A run registers itself when it
+starts (trainer/store/recorder.py) and `trainer runs sync` registers an older one.
+Registering a run id again updates its directory and name (a moved run directory, synced
+from its new place) and nothing else. The registry is only an index: each run's facts are
+in its own directory's runs.db.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from trainer.store import db
+from trainer.store.schema import REGISTRY, REGISTRY_DB
+
+HOME_ENV = "SHIPGATE_HOME"
+
+
+class RegistryError(LookupError):
+    """A run reference the registry cannot resolve (unknown, ambiguous); says which."""
+
+
+@dataclass(frozen=True)
+class RegisteredRun:
+    run_id: str
+    run_dir: Path
+    name: str
+    started: str | None
+
+
+def registry_path() -> Path:
+    """$SHIPGATE_HOME/registry.db, else the XDG data directory's shipgate/registry.db (a
+    relative XDG_DATA_HOME is ignored, as the XDG spec says)."""
+    home = os.environ.get(HOME_ENV)
+    if home:
+        return Path(home) / REGISTRY_DB
+    xdg = os.environ.get("XDG_DATA_HOME", "")
+    data = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
+    return data / "shipgate" / REGISTRY_DB
+
+
+def register(
+    run_id: str,
+    run_dir: Path,
+    name: str,
+    started: str | None,
+    *,
+    path: Path | None = None,
+    timeout: float | None = None,
+) -> Path:
+    """Record (or update) the run in the registry; returns the registry's path. StoreError
+    naming the registry when it cannot be written."""
+    path = registry_path() if path is None else Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise db.StoreError(f"{path}: cannot create its directory: {exc}") from None
+    conn = db.open_writer(path, REGISTRY, timeout=timeout)
+    try:
+        with db.transaction(conn):
+            conn.execute(
+                "INSERT INTO runs (run_id, run_dir, name, started, registered) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET "
+                "run_dir = excluded.run_dir, name = excluded.name, started = excluded.started",
+                (
+                    run_id,
+                    str(Path(run_dir).resolve()),
+                    name,
+                    started,
+                    datetime.now(UTC).isoformat(timespec="seconds"),
+                ),
+            )
+    except sqlite3.Error as exc:
+        raise db.translate(exc, path, timeout) from None
+    finally:
+        db.close_writer(conn, REGISTRY)
+    return path
+
+
+def registered_runs(path: Path | None = None) -> list[RegisteredRun]:
+    """Every registered run, oldest start first; [] when there is no registry yet.
+    StoreError naming the registry when it cannot be read."""
+    path = registry_path() if path is None else Path(path)
+    if not path.exists():
+        return []
+    conn = db.open_reader(path, REGISTRY)
+    try:
+        rows = conn.execute(
+            "SELECT run_id, run_dir, name, started FROM runs ORDER BY started, registered, run_id"
+        ).fetchall()
+    except sqlite3.Error as exc:
+        raise db.translate(exc, path) from None
+    finally:
+        conn.close()
+    return [RegisteredRun(r[0], Path(r[1]), r[2], r[3]) for r in rows]
+
+
+def find_run(prefix: str, path: Path | None = None) -> RegisteredRun:
+    """The registered run whose id is ``prefix`` or starts with it; RegistryError when
+    none does, or several do (listing them)."""
+    path = registry_path() if path is None else Path(path)
+    matches = [r for r in registered_runs(path) if r.run_id.startswith(prefix.lower())]
+    if not prefix or not matches:
+        raise RegistryError(f"no registered run has the id {prefix!r} (registry {path})")
+    exact = [r for r in matches if r.run_id == prefix.lower()]
+    if len(exact) == 1:
+        return exact[0]
+    if len(matches) > 1:
+        listed = "; ".join(f"{r.run_id} {r.name} ({r.run_dir})" for r in matches)
+        raise RegistryError(f"the id prefix {prefix!r} is ambiguous: {listed}")
+    return matches[0]

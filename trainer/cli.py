@@ -79,7 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "special_token", "") is None:
         args.special_token = ["<|endoftext|>"]
-    return args.run(args)
+    try:
+        return args.run(args)
+    except BrokenPipeError:  # `trainer runs ls | head`: the reader went away
+        from gates.exit_codes import stop_on_broken_pipe  # noqa: PLC0415
+
+        return stop_on_broken_pipe()
 
 
 if __name__ == "__main__":

@@ -83,6 +83,8 @@ def run_guarded(prog: str, fn: Callable[[], int], debug: bool) -> int:
     except RefusedError as exc:
         print(f"{prog}: refused, nothing changed: {exc}", file=sys.stderr)
         return exit_codes.FINDINGS
+    except BrokenPipeError:  # before OSError, its base class
+        return exit_codes.stop_on_broken_pipe()
     except OSError as exc:
         # I/O failures (read-only evidence directory, disk full) are exit 2, not a traceback.
         where = f"{exc.filename}: " if exc.filename else ""
@@ -91,8 +93,6 @@ def run_guarded(prog: str, fn: Callable[[], int], debug: bool) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return exit_codes.OK
     except Exception as exc:
         if debug:
             traceback.print_exc()

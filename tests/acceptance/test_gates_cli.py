@@ -45,3 +45,17 @@ def test_trainer_env_reports_torch_and_device(capsys):
     assert trainer_cli.main(["env", "--json"]) == 0
     env = json.loads(capsys.readouterr().out)
     assert env["torch"] and env["device"] in ("cpu", "cuda")
+
+
+def test_a_closed_pipe_is_not_taken_for_an_io_error(monkeypatch):
+    """BrokenPipeError is an OSError: caught as one, `pv status | head` would say
+    "error" and exit 2. It must reach its own branch (128 + SIGPIPE)."""
+    from gates import exit_codes  # noqa: PLC0415
+    from gates.cli.common import run_guarded  # noqa: PLC0415
+
+    monkeypatch.setattr(exit_codes, "stop_on_broken_pipe", lambda: exit_codes.BROKEN_PIPE)
+
+    def writes_to_a_closed_pipe() -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    assert run_guarded("pv", writes_to_a_closed_pipe, debug=False) == exit_codes.BROKEN_PIPE

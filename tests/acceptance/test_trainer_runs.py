@@ -374,3 +374,23 @@ def test_a_store_left_in_wal_by_a_killed_writer_is_read_without_being_changed(tm
     assert {k: v for k, v in after.items() if k != "runs.db-shm"} == {
         k: v for k, v in before.items() if k != "runs.db-shm"
     }, "a reader checkpointed the WAL into runs.db"
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly_with_141(tmp_path):
+    """`trainer runs show RUN | head -1`: the write after the reader left is no traceback,
+    and the status is 128 + SIGPIPE (what a shell reports), not 0."""
+    run = write_run(tmp_path / "run", 3)
+    big = json.loads((run / "run_manifest.json").read_text())
+    big["config"]["sweep"] = {f"p{i:05d}": "x" * 40 for i in range(4000)}  # ~250 KB of params
+    (run / "run_manifest.json").write_text(json.dumps(big))
+    assert cli.main(["runs", "sync", str(run)]) == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainer", "runs", "show", str(run)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout.readline().startswith(b"run          ")
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 141, err.decode()
+    assert err == b""

@@ -172,7 +172,8 @@ class MetricsWriter:
             self._lines.flush()
             state = {"max_steps": max_steps, "last": line}
             atomic_write_json(self.out_dir / STATE_FILE, state)
-            self.recorder.step(line, max_steps=max_steps)
+            if self.recorder is not None:
+                self.recorder.step(line, max_steps=max_steps)
         if self._tty and record["step"] % log_interval == 0:
             print(
                 f"\rstep {record['step']}/{max_steps}  loss {record['loss']:.4f}  "

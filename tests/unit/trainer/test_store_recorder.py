@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import statistics
-import time
 from pathlib import Path
 
 import pytest
@@ -228,17 +226,15 @@ def test_close_without_finish_says_ended_unless_the_last_step_was_max_steps(tmp_
     assert column(run / "runs.db", "SELECT status FROM runs") == ["ended"]
 
 
-def test_a_step_costs_well_under_a_millisecond(tmp_path):
+def test_a_thousand_steps_are_a_thousand_rows_with_nothing_given_up(tmp_path):
+    """Its cost per step is measured, not asserted: tools/bench_store.py."""
     run = write_run(tmp_path / "run", 0, max_steps=1000)
     recorder = RunRecorder(run)
     recorder.start()
-    times = []
     for step in range(1, 1001):
-        line = {"step": step, "epoch": 0, "loss": 1.0, "lr": 1e-3, "grad_norm": 0.5}
-        started = time.perf_counter()
+        line = {"step": step, "epoch": 0, "loss": 1.0 / step, "lr": 1e-3, "grad_norm": 0.5}
         recorder.step(line, max_steps=1000)
-        times.append(time.perf_counter() - started)
     recorder.close()
     assert recorder.failure is None
-    assert len(column(run / "runs.db", "SELECT step FROM metrics")) == 1000
-    assert statistics.median(times) < 1e-3, f"median {statistics.median(times) * 1e6:.0f} us"
+    assert column(run / "runs.db", "SELECT step FROM metrics ORDER BY step") == list(range(1, 1001))
+    assert column(run / "runs.db", "SELECT loss FROM metrics WHERE step = 800") == [1.0 / 800]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from trainer.store.locks import write_lock_holders
@@ -155,14 +155,36 @@ def _create(conn: sqlite3.Connection, path: Path, schema: Schema) -> None:
         conn.execute(f"PRAGMA user_version = {schema.version}")
 
 
+def _connect(
+    path: Path,
+    timeout: float,
+    target: Path | str,
+    setup: Callable[[sqlite3.Connection], None],
+) -> sqlite3.Connection:
+    """A connection to ``target`` (a path, or a URI) that ``setup`` checked and prepared;
+    closed again when that fails, the sqlite3 error translated into a StoreError."""
+    conn = None
+    try:
+        conn = sqlite3.connect(
+            target, uri=isinstance(target, str), timeout=timeout, isolation_level=None
+        )
+        setup(conn)
+    except BaseException as exc:
+        if conn is not None:
+            conn.close()
+        if isinstance(exc, sqlite3.Error):
+            raise translate(exc, path, timeout) from None
+        raise
+    return conn
+
+
 def open_writer(path: Path, schema: Schema, *, timeout: float | None = None) -> sqlite3.Connection:
     """``path`` open to write, in ``schema.journal_mode``, created with its schema when it
     does not exist (or is empty). StoreError (naming ``path``) when it cannot be used."""
     path, timeout = Path(path), busy_timeout(timeout)
     _check_file(path, schema, must_exist=False)
-    conn = None
-    try:
-        conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+
+    def setup(conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA foreign_keys = ON")
         existing = _check_header(conn, path, schema)
         if existing:
@@ -176,15 +198,8 @@ def open_writer(path: Path, schema: Schema, *, timeout: float | None = None) -> 
         conn.execute("PRAGMA synchronous = NORMAL")
         if not existing:
             _create(conn, path, schema)
-    except sqlite3.Error as exc:
-        if conn is not None:
-            conn.close()
-        raise translate(exc, path, timeout) from None
-    except StoreError:
-        if conn is not None:
-            conn.close()
-        raise
-    return conn
+
+    return _connect(path, timeout, path, setup)
 
 
 def close_writer(conn: sqlite3.Connection, schema: Schema) -> None:
@@ -210,20 +225,11 @@ def open_reader(
     _check_file(path, schema, must_exist=True)
     if path.stat().st_size == 0:
         raise StoreError(f"{path}: an empty file, not a {schema.what}")
-    conn = None
-    try:
-        uri = f"{path.resolve().as_uri()}?mode=ro"
-        conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
+
+    def setup(conn: sqlite3.Connection) -> None:
         if _check_header(conn, path, schema):
             _quick_check(conn, path)
         elif not allow_new:
             raise StoreError(f"{path}: an empty SQLite file, not a {schema.what}")
-    except sqlite3.Error as exc:
-        if conn is not None:
-            conn.close()
-        raise translate(exc, path, timeout) from None
-    except StoreError:
-        if conn is not None:
-            conn.close()
-        raise
-    return conn
+
+    return _connect(path, timeout, f"{path.resolve().as_uri()}?mode=ro", setup)

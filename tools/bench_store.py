@@ -19,11 +19,14 @@ not a fast one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from trainer.model.config import preset  # noqa: E402 - needs ROOT on sys.path
 from trainer.store.identity import new_run_id  # noqa: E402
+from trainer.store.registry import HOME_ENV  # noqa: E402
 from trainer.store.schema import RUNS_DB  # noqa: E402
 from trainer.train.metrics import MetricsWriter  # noqa: E402
 from trainer.train.metrics_file import read_metrics  # noqa: E402
@@ -67,11 +71,26 @@ def _run_dir(root: Path, steps: int) -> Path:
     return run
 
 
+@contextlib.contextmanager
+def _own_registry(root: Path) -> Iterator[None]:
+    """The benchmark's run registers in a registry of its own, never the user's (whose
+    `trainer runs ls` would list it as missing once the temporary directory is gone)."""
+    before = os.environ.get(HOME_ENV)
+    os.environ[HOME_ENV] = str(root / "home")
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[HOME_ENV]
+        else:
+            os.environ[HOME_ENV] = before
+
+
 def run_benchmark(steps: int, directory: Path | None = None) -> dict[str, Any]:
     """Time ``steps`` steps of both sides; the numbers as a JSON-able dict."""
     if steps < 2:
         raise ValueError("--steps must be at least 2 (the order alternates per step)")
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+    with tempfile.TemporaryDirectory(dir=directory) as tmp, _own_registry(Path(tmp)):
         run = _run_dir(Path(tmp), steps)
         writer = MetricsWriter(run, preset("tiny"), 256, torch.device("cpu"))
         recorder, writer.recorder = writer.recorder, None  # the two sides, timed apart

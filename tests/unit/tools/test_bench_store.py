@@ -11,6 +11,7 @@ import pytest
 
 from tests.unit.trainer.store_support import write_run
 from tools import bench_store
+from trainer.store import registry
 from trainer.store.recorder import RunRecorder
 
 
@@ -26,6 +27,7 @@ def test_both_sides_are_timed_and_every_step_is_stored(tmp_path):
         result["store"]["median_us"] / result["files"]["median_us"]
     )
     json.dumps(result, allow_nan=False)  # evidence is JSON: no NaN/inf hides in it
+    assert registry.registered_runs() == [], "the benchmark's run is not the user's"
 
 
 def test_the_store_is_related_to_a_real_runs_median_step(tmp_path):

@@ -23,6 +23,8 @@ RNG_JSON_FILE = "rng.json"
 STATE_FILE = "state.json"
 MANIFEST_FILE = "manifest.json"
 LATEST_POINTER = "latest"
+#: Where `trainer apply` keeps a run's checkpoints, inside its output directory.
+CHECKPOINTS_DIR = "checkpoints"
 
 # Written in this order; the manifest comes after all of them (INV-TRAIN-LOOP-013).
 DATA_FILES = (MODEL_FILE, OPTIMIZER_FILE, RNG_TENSOR_FILE, RNG_JSON_FILE, STATE_FILE)

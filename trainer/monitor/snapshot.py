@@ -37,17 +37,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.checkpoint.layout import MANIFEST_FILE, checkpoint_dirs, step_of
+from trainer.checkpoint.layout import CHECKPOINTS_DIR, MANIFEST_FILE, checkpoint_dirs, step_of
 from trainer.train.metrics_file import (
     END_STATUSES,
     METRICS_FILE,
+    RUN_MANIFEST,
     STATE_FILE,
     MetricsFileError,
     parse_line,
 )
-
-RUN_MANIFEST = "run_manifest.json"  # trainer/train/manifest.py's name; that module imports torch
-CHECKPOINTS_DIR = "checkpoints"  # where `trainer apply` saves (loop.settings_from_config, --out)
 
 TAIL_BYTES = 256 * 1024  # ~1,200 metrics lines: enough for the series, cheap every refresh
 SERIES = 60  # points in a sparkline

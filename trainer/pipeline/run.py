@@ -233,6 +233,7 @@ class Pipeline:
         return file_sha256(target)
 
     def _train(self, state, run_cfg, run_yaml_sha: str, data_sha: str) -> tuple[Path, str]:
+        from trainer.checkpoint.layout import CHECKPOINTS_DIR  # noqa: PLC0415
         from trainer.checkpoint.load import latest_valid  # noqa: PLC0415
         from trainer.checkpoint.manifest import MANIFEST_FILE  # noqa: PLC0415
 
@@ -258,7 +259,7 @@ class Pipeline:
                 argv += ["--max-steps", str(self.options.max_steps)]
             newest = None
             if train_dir.is_dir():
-                newest, _ = latest_valid(train_dir / "checkpoints")
+                newest, _ = latest_valid(train_dir / CHECKPOINTS_DIR)
             if state.started("train", key) and newest is not None:
                 self.say(f"      resuming the interrupted run from {self._rel(newest)}")
                 argv += ["--resume", "latest"]
@@ -266,10 +267,10 @@ class Pipeline:
                 _remove(train_dir)
             state.mark_started("train", key)
             self._cli("train", argv)
-            newest, skipped = latest_valid(train_dir / "checkpoints")
+            newest, skipped = latest_valid(train_dir / CHECKPOINTS_DIR)
             if newest is None:
                 raise PipelineError(
-                    f"stage train: {train_dir / 'checkpoints'} holds no valid checkpoint after "
+                    f"stage train: {train_dir / CHECKPOINTS_DIR} holds no valid checkpoint after "
                     f"the run ({'; '.join(why for _, why in skipped) or 'none written'})"
                 )
             manifest_sha = file_sha256(newest / MANIFEST_FILE)

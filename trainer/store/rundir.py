@@ -31,20 +31,25 @@ from pathlib import Path
 from typing import Any
 
 from trainer.checkpoint.durable import sha256_file
-from trainer.checkpoint.layout import MANIFEST_FILE, CheckpointError, checkpoint_dirs, step_of
+from trainer.checkpoint.layout import (
+    CHECKPOINTS_DIR,
+    MANIFEST_FILE,
+    CheckpointError,
+    checkpoint_dirs,
+    step_of,
+)
 from trainer.checkpoint.manifest import read_manifest as read_checkpoint_manifest
 from trainer.store.identity import IdentityError, identity_of
 from trainer.store.schema import INTEGER_METRICS, METRIC_COLUMNS
 from trainer.train.metrics_file import (
     END_STATUSES,
     METRICS_FILE,
+    RUN_MANIFEST,
     STATE_FILE,
     MetricsFileError,
     parse_lines,
 )
 
-RUN_MANIFEST = "run_manifest.json"  # trainer/train/manifest.py's name; that module imports torch
-CHECKPOINTS_DIR = "checkpoints"  # where `trainer apply` saves (loop.settings_from_config)
 EXPORT_DIR = "export"
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")

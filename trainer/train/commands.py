@@ -95,15 +95,18 @@ def _exec_torchrun(args: argparse.Namespace) -> int:
 def cmd_apply(args: argparse.Namespace) -> int:
     if args.nproc is not None:
         return _exec_torchrun(args)
-    from trainer.checkpoint.layout import CheckpointError  # noqa: PLC0415
+    from trainer.checkpoint.layout import CHECKPOINTS_DIR, CheckpointError  # noqa: PLC0415
     from trainer.config.algebra import evaluate  # noqa: PLC0415 - keep torch out of CLI start-up
     from trainer.config.commands import rule_finding, validate  # noqa: PLC0415
     from trainer.data.loader import DataExhaustedError  # noqa: PLC0415
     from trainer.data.manifest import ShardError  # noqa: PLC0415
     from trainer.model.params import param_count  # noqa: PLC0415
     from trainer.train import distributed, guards, loop, preflight  # noqa: PLC0415
-    from trainer.train.manifest import RUN_MANIFEST  # noqa: PLC0415
-    from trainer.train.metrics import METRICS_FILE, MetricsFileError  # noqa: PLC0415
+    from trainer.train.metrics_file import (  # noqa: PLC0415
+        METRICS_FILE,
+        RUN_MANIFEST,
+        MetricsFileError,
+    )
     from trainer.train.sequences import ShardSequences  # noqa: PLC0415
 
     if args.max_steps is not None and args.max_steps < 1:
@@ -140,7 +143,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         )
     overrides: dict = {"device": args.device, "compile": args.compile or settings.compile}
     if args.out is not None:
-        overrides |= {"out_dir": args.out, "checkpoint_dir": args.out / "checkpoints"}
+        overrides |= {"out_dir": args.out, "checkpoint_dir": args.out / CHECKPOINTS_DIR}
     if args.resume is not None:
         overrides |= {"resume_from": args.resume, "resume_override": args.resume_other_run}
     if args.max_steps is not None and args.max_steps < settings.max_steps:

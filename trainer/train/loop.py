@@ -80,7 +80,7 @@ import torch
 from torch import Tensor, nn
 
 from trainer.checkpoint import rng
-from trainer.checkpoint.layout import CheckpointError
+from trainer.checkpoint.layout import CHECKPOINTS_DIR, CheckpointError
 from trainer.checkpoint.save import Gathered
 from trainer.checkpoint.state import TrainingState
 from trainer.config.alerts import AlertRule
@@ -193,7 +193,7 @@ def settings_from_config(run_config: Any, **overrides: Any) -> LoopSettings:
         early_stopping=training.early_stopping,
         wrap_around=training.wrap_around,
         out_dir=Path(training.output_dir),
-        checkpoint_dir=Path(training.output_dir) / "checkpoints",
+        checkpoint_dir=Path(training.output_dir) / CHECKPOINTS_DIR,
         save_interval=training.save_interval,
         keep_checkpoints=training.keep_checkpoints,
         tokenizer_dir=Path(c.data.tokenizer),

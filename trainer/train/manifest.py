@@ -25,8 +25,7 @@ from trainer import __version__
 from trainer.data.manifest import file_sha256
 from trainer.store.identity import launch_identity
 from trainer.train.metrics import atomic_write_json
-
-RUN_MANIFEST = "run_manifest.json"
+from trainer.train.metrics_file import RUN_MANIFEST
 
 
 def _git(args: list[str], cwd: Path) -> str | None:

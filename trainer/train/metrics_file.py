@@ -1,4 +1,6 @@
-"""The two files a run's metrics live in, torch-free (read by `trainer monitor` too).
+"""The two files a run's metrics live in, torch-free (read by `trainer monitor` and the run
+store too), and the name of the run's manifest beside them (``RUN_MANIFEST``, written by
+trainer/train/manifest.py, which imports torch).
 
 - ``metrics.jsonl``: one JSON object per step, appended; a SIGKILL mid-write can leave a
   torn last line, which readers drop; a bad line before the last is an error naming the
@@ -19,6 +21,7 @@ from pathlib import Path
 
 METRICS_FILE = "metrics.jsonl"
 STATE_FILE = "training_state.json"
+RUN_MANIFEST = "run_manifest.json"
 #: How a run ended (training_state.json "status"): max_steps reached, early stopping,
 #: SIGTERM/SIGINT, a stop alert (monitoring.alerts), or an exception (NaN, divergence, ...).
 END_STATUSES = ("finished", "early_stopping", "signal", "alert", "aborted")

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -328,15 +329,15 @@ def reported_norm_is_the_pre_clip_norm(ctx: GateContext) -> Measurement:
 
 
 # ---------------------------------------------------------------- GATE-NANOGPT-LOOP-004
-#: A fresh interpreter resumes a checkpoint and writes its log and final weights + AdamW
-#: state; argv: config JSON, output directory, "keep" or "drop" the checkpoint's RNG state.
+#: A fresh interpreter resumes checkpoints and writes each run's log and final weights + AdamW
+#: state. argv[1]: JSON list of [config, output directory, "keep" or "drop"], run in order;
+#: "drop" disables torch.set_rng_state from then on (nanoGPT's checkpoint holds no RNG state),
+#: so the first, "keep", resume is the one a fresh process does.
 _RESUME = """
 import json, sys
 from pathlib import Path
 import torch
 torch.set_num_threads(1)
-if sys.argv[3] == "drop":  # nanoGPT's checkpoint holds no RNG state
-    torch.set_rng_state = lambda state: None
 from safetensors.torch import save_file
 import nanogpt_model, nanogpt_train
 kept = {}
@@ -349,13 +350,16 @@ def build(config):
     model.configure_optimizers = configure_and_keep
     return model
 nanogpt_train.GPT = build
-log = nanogpt_train.train(nanogpt_train.TrainConfig(**json.loads(sys.argv[1])))
-Path(sys.argv[2], "log.json").write_text(json.dumps(log))
-state = {}
-for n, p in kept["model"].named_parameters():
-    state[n] = p.detach()
-    state.update({f"{k}.{n}": v for k, v in kept["optimizer"].state[p].items()})
-save_file(state, str(Path(sys.argv[2], "state.safetensors")))
+for config, out, rng in json.loads(sys.argv[1]):
+    if rng == "drop":
+        torch.set_rng_state = lambda state: None
+    log = nanogpt_train.train(nanogpt_train.TrainConfig(**config))
+    Path(out, "log.json").write_text(json.dumps(log))
+    state = {}
+    for n, p in kept["model"].named_parameters():
+        state[n] = p.detach()
+        state.update({f"{k}.{n}": v for k, v in kept["optimizer"].state[p].items()})
+    save_file(state, str(Path(out, "state.safetensors")))
 """
 
 
@@ -367,12 +371,19 @@ def _final_state(run: _Run) -> dict:
     return state
 
 
-def _resume_in_new_process(root: Path, cfg, out: Path, rng: str) -> tuple[list[dict], dict]:
+def _resume_in_new_process(root: Path, cfg, checkpoint: Path, work: Path) -> dict:
+    """rng mode -> (log, final state): each resume from its own copy of `checkpoint`, since
+    a resumed run writes its own checkpoints into the directory it resumed from."""
     from safetensors.torch import load_file  # noqa: PLC0415
 
-    out.mkdir()
+    jobs = []
+    for rng in ("keep", "drop"):
+        shutil.copytree(checkpoint, work / f"{rng}-checkpoint")
+        (work / rng).mkdir()
+        config = {**dataclasses.asdict(cfg), "out_dir": str(work / f"{rng}-checkpoint")}
+        jobs.append([config, str(work / rng), rng])
     proc = subprocess.run(
-        [sys.executable, "-c", _RESUME, json.dumps(dataclasses.asdict(cfg)), str(out), rng],
+        [sys.executable, "-c", _RESUME, json.dumps(jobs)],
         cwd=root,
         capture_output=True,
         text=True,
@@ -381,7 +392,13 @@ def _resume_in_new_process(root: Path, cfg, out: Path, rng: str) -> tuple[list[d
     )
     if proc.returncode != 0:
         raise RuntimeError(f"the resumed process failed:\n{proc.stderr[-3000:]}")
-    return json.loads((out / "log.json").read_text()), load_file(out / "state.safetensors")
+    return {
+        rng: (
+            json.loads((work / rng / "log.json").read_text()),
+            load_file(work / rng / "state.safetensors"),
+        )
+        for rng in ("keep", "drop")
+    }
 
 
 def _differing(straight: list[dict], state_a: dict, resumed: list[dict], state_c: dict) -> int:
@@ -422,11 +439,13 @@ def resume_is_bitwise(ctx: GateContext) -> Measurement:
         _watched_train(dataclasses.replace(cfg, out_dir=f"{tmp}/b", max_iters=kill_after))
         saved = json.loads(Path(tmp, "b", "ckpt.json").read_text())["iter_num"]
         suffixes = sorted({p.suffix for p in Path(tmp, "b").iterdir()})
-        resume = dataclasses.replace(cfg, out_dir=f"{tmp}/b", init_from="resume")
-        results = {}
-        for rng in ("keep", "drop"):
-            log, state_c = _resume_in_new_process(ctx.root, resume, Path(tmp, rng), rng)
-            results[rng] = _differing(a.log[saved:], state_a, log, state_c)
+        resume = dataclasses.replace(cfg, init_from="resume")
+        resumed = _resume_in_new_process(ctx.root, resume, Path(tmp, "b"), Path(tmp))
+        results = {
+            rng: _differing(a.log[saved:], state_a, log, state_c)
+            for rng, (log, state_c) in resumed.items()
+        }
+        first_iters = {rng: log[0]["iter"] for rng, (log, _) in resumed.items()}
     compared = 4 * len(a.log[saved:]) + sum(t.numel() for t in state_a.values())
     return Measurement(
         values={
@@ -443,6 +462,7 @@ def resume_is_bitwise(ctx: GateContext) -> Measurement:
         "which holds no RNG state, would give",
         inputs=_inputs(ctx),
         parameters={**dataclasses.asdict(cfg), "checkpoint_at": saved, "killed_after": kill_after},
-        notes=f"checkpoint file types: {', '.join(suffixes)}; without the RNG state "
+        notes=f"checkpoint file types: {', '.join(suffixes)}; resumed at iteration "
+        f"{first_iters['keep']}; without the RNG state (resumed at {first_iters['drop']}) "
         f"{results['drop']} of {compared} values differ",
     )

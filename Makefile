@@ -33,10 +33,16 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check gates trainer tools tests
+	$(BIN)/ruff format --check gates trainer tools tests examples
+
+# Projects under examples/ adopt shipgate on their own (each has its pyproject.toml and
+# [tool.shipgate] table); their contracts are validated and audited from inside them.
+EXAMPLES := $(patsubst %/pyproject.toml,%,$(wildcard examples/*/pyproject.toml))
+ABS_BIN  := $(abspath $(BIN))
 
 test: $(STAMP) lint
 	$(BIN)/pv validate contracts/*.yaml
+	for ex in $(EXAMPLES); do (cd $$ex && $(ABS_BIN)/pv validate contracts/*.yaml) || exit 1; done
 	tools/pytest.sh $(PYTEST_ARGS)
 
 test-quick: $(STAMP)
@@ -50,11 +56,16 @@ ship-blocking: $(STAMP)
 # real code and fails under each of its mutants (about 25 minutes on 2 cores: one pytest
 # process per test and mutant). CI runs it after `make test`; it is not a pytest test, so the
 # suite stays inside its 30-minute budget.
+# Relative, so the audit JSON's recorded command holds no absolute path.
 AUDIT_OUT ?= runs/audit/audit.json
 
 audit: $(STAMP)
 	mkdir -p $(dir $(AUDIT_OUT))
 	CI=true $(BIN)/gates audit --out $(AUDIT_OUT) --files contracts/*.yaml
+	for ex in $(EXAMPLES); do \
+	  (cd $$ex && CI=true $(ABS_BIN)/gates audit --files contracts/*.yaml \
+	    --out ../../$(dir $(AUDIT_OUT))$$(basename $$ex).json) || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,9 +1,10 @@
-"""Crash-safe file updates: atomic writes, a multi-file commit journal, and a lock.
+"""Crash-safe multi-file updates: a commit journal, and a lock.
 
 A promotion changes two files (the evidence JSON and the contract YAML). Each is written
-to a temp file and fsynced; a journal naming both renames is written (atomically) before
-either rename happens, and removed after both. A process killed at any point leaves
-either the old pair, or a journal that :func:`recover` rolls forward to the new pair.
+to a temp file and fsynced (gates/files.py ``write_temp``); a journal naming both renames is
+written (atomically, ``atomic_write_bytes``) before either rename happens, and removed after
+both. A process killed at any point leaves either the old pair, or a journal that
+:func:`recover` rolls forward to the new pair. One file alone: gates/files.py.
 """
 
 from __future__ import annotations
@@ -12,52 +13,13 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from gates import files
+
 JOURNAL_NAME = ".gates-journal.json"
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_temp(target: Path, data: bytes) -> Path:
-    """Write ``data`` to a fsynced temp file beside ``target`` (same filesystem)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if target.exists():
-            os.chmod(tmp, target.stat().st_mode & 0o777)
-        else:
-            os.chmod(tmp, 0o644)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return Path(tmp)
-
-
-def atomic_write(target: Path, data: bytes) -> None:
-    """``target`` holds its old bytes or ``data``, never a part; no temp file outlives a failure."""
-    tmp = write_temp(target, data)
-    try:
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(target.parent)
 
 
 def commit(root: Path, writes: dict[Path, bytes | None]) -> None:
@@ -69,7 +31,7 @@ def commit(root: Path, writes: dict[Path, bytes | None]) -> None:
     moves: list[tuple[str, str | None, str]] = []
     try:
         for target, data in writes.items():
-            tmp = write_temp(target, data) if data is not None else None
+            tmp = files.write_temp(target, data) if data is not None else None
             moves.append((str(target), str(tmp) if tmp else None, "write" if tmp else "delete"))
     except BaseException:
         for _, tmp, _ in moves:
@@ -78,7 +40,7 @@ def commit(root: Path, writes: dict[Path, bytes | None]) -> None:
                     os.unlink(tmp)
         raise
     journal = root / JOURNAL_NAME
-    atomic_write(journal, json.dumps({"moves": moves}).encode())
+    files.atomic_write_bytes(journal, json.dumps({"moves": moves}).encode())
     _roll_forward(journal)
 
 
@@ -87,12 +49,13 @@ def _roll_forward(journal: Path) -> None:
     for target, tmp, action in moves:
         if action == "write" and tmp and Path(tmp).exists():
             os.replace(tmp, target)
-            _fsync_dir(Path(target).parent)
+            files.fsync_dir(Path(target).parent)
         elif action == "delete":
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(target)
+            files.fsync_dir(Path(target).parent)
     os.unlink(journal)
-    _fsync_dir(journal.parent)
+    files.fsync_dir(journal.parent)
 
 
 def recover(root: Path, swept: tuple[str, ...] = ("contracts", "evidence")) -> bool:
@@ -103,11 +66,11 @@ def recover(root: Path, swept: tuple[str, ...] = ("contracts", "evidence")) -> b
     rolled = journal.exists()
     if rolled:
         _roll_forward(journal)
-    for stale in root.glob(f".{JOURNAL_NAME}.*.tmp"):
+    for stale in root.glob(f".{JOURNAL_NAME}.*{files.TEMP_SUFFIX}"):
         stale.unlink(missing_ok=True)
     for name in swept:
         if (root / name).is_dir():
-            for stale in (root / name).rglob(".*.tmp"):
+            for stale in (root / name).rglob(f".*{files.TEMP_SUFFIX}"):
                 stale.unlink(missing_ok=True)
     return rolled
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from jsonschema import Draft202012Validator
 
-from gates import atomic, evidence, testrun
+from gates import evidence, files, project, testrun
 from gates.contract import Contract
 
 AUDIT_SCHEMA = evidence.EVIDENCE_SCHEMA.parent / "audit.schema.json"
@@ -92,7 +92,7 @@ def write_audit_evidence(root: Path, rows: list[AuditRow], command: list[str], o
     record = {
         "kind": "mutation-audit",
         "captured_at": evidence.utc_now(),
-        "host": evidence.host_info(),
+        "host": evidence.host_info(project.load_config(root).packages),
         "git": evidence.git_info(root),
         "command": command,
         "rows": [
@@ -113,4 +113,4 @@ def write_audit_evidence(root: Path, rows: list[AuditRow], command: list[str], o
     }
     schema = json.loads(AUDIT_SCHEMA.read_text(encoding="utf-8"))
     Draft202012Validator(schema).validate(record)  # a bug here must not write bad evidence
-    atomic.atomic_write(out, (json.dumps(record, indent=2) + "\n").encode())
+    files.atomic_write_bytes(out, (json.dumps(record, indent=2) + "\n").encode())

@@ -1,6 +1,6 @@
 """Evidence files: what a gate measurement records, and how it is read back.
 
-Schema: evidence/schema/evidence.schema.json. One current file per gate at
+Schema: gates/schemas/evidence.schema.json (docs/evidence.md). One current file per gate at
 evidence/<contract-id>/<GATE-ID>.json; history is kept by git.
 """
 
@@ -20,11 +20,10 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-EVIDENCE_SCHEMA = (
-    Path(__file__).resolve().parent.parent / "evidence" / "schema" / "evidence.schema.json"
-)
-#: Code whose uncommitted changes make a measurement unreproducible.
-CODE_UNDER_TEST = ("gates", "trainer", "tests", "tools", "pyproject.toml")
+from gates.files import update_digest
+from gates.jsonpath import json_path
+
+EVIDENCE_SCHEMA = Path(__file__).resolve().parent / "schemas" / "evidence.schema.json"
 PACKAGES = ("torch", "numpy", "safetensors", "tokenizers", "jsonschema", "ruamel.yaml", "shipgate")
 
 
@@ -46,8 +45,7 @@ def validator() -> Draft202012Validator:
 def schema_errors(evidence: Any) -> list[str]:
     out = []
     for e in sorted(validator().iter_errors(evidence), key=lambda e: list(e.path)):
-        at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.path) or "(root)"
-        out.append(f"${at}: {e.message}")
+        out.append(f"{json_path(e.path)}: {e.message}")
     return out
 
 
@@ -86,10 +84,7 @@ def sha256_of(path: Path) -> tuple[str, int]:
     for f in files:
         if path.is_dir():
             h.update(str(f.relative_to(path)).encode() + b"\0")
-        with f.open("rb") as fh:
-            for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""):
-                h.update(chunk)
-                size += len(chunk)
+        size += update_digest(h, f)
     return h.hexdigest(), size
 
 
@@ -119,10 +114,11 @@ def _ram_bytes() -> int:
         return 0
 
 
-def host_info() -> dict:
-    """The machine a measurement ran on. torch is only read if already installed."""
+def host_info(extra_packages: tuple[str, ...] = ()) -> dict:
+    """The machine a measurement ran on: the framework's packages, plus those the project
+    lists in ``[tool.shipgate] packages``. torch is only read if already installed."""
     packages = {}
-    for name in PACKAGES:
+    for name in dict.fromkeys((*PACKAGES, *extra_packages)):
         try:
             packages[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -156,8 +152,25 @@ def host_info() -> dict:
     }
 
 
+#: What never makes a project dirty: what gates itself writes (contracts, evidence, its lock
+#: file), which a promotion changes and a concurrent one must not count, and byte-code caches.
+_DERIVED = (
+    ".",
+    ":(exclude)contracts",
+    ":(exclude)evidence",
+    ":(exclude).gates.lock",
+    ":(exclude,glob)**/__pycache__/**",
+)
+
+
 def git_info(root: Path) -> dict:
-    """HEAD commit and whether the code under test has uncommitted changes."""
+    """HEAD commit and whether the project has uncommitted changes.
+
+    The whole project under ``root`` counts (tracked changes and untracked files that git
+    does not ignore) but for what gates writes itself: the framework cannot know which of a
+    project's files a measurement reads, so any of them may make it unreproducible from the
+    recorded commit.
+    """
 
     def git(*args: str) -> str:
         return subprocess.run(
@@ -166,8 +179,7 @@ def git_info(root: Path) -> dict:
 
     try:
         commit = git("rev-parse", "HEAD")
-        present = [p for p in CODE_UNDER_TEST if (root / p).exists()]
-        dirty = bool(git("status", "--porcelain", "--", *present)) if present else False
+        dirty = bool(git("status", "--porcelain", "--untracked-files=normal", "--", *_DERIVED))
     except (OSError, subprocess.SubprocessError):
         return {"commit": "0" * 40, "dirty": True}
     return {"commit": commit, "dirty": dirty}

@@ -1,10 +1,16 @@
-"""Named exit codes shared by the `pv`, `gates` and `trainer` command-line tools."""
+"""Named exit codes shared by the `pv`, `gates` and `trainer` command-line tools.
+
+Each number has one name and one meaning across the tools. The trainer's own statuses
+(4 ALERT_STOPPED, 5 ABORTED) live in trainer/exit_codes.py and use no number named here;
+the README's "Exit codes" table lists them all.
+"""
 
 import os
 import sys
 
 OK = 0
-#: Validation errors found, or a requirement (e.g. ``--require-ship-ready``) not met.
+#: Validation errors found, or a requirement (e.g. ``--require-ship-ready``) not met; for the
+#: trainer, an input that fails its checks (config, data, run directory, checkpoint).
 FINDINGS = 1
 #: Bad command line, or a path that cannot be read (missing, a directory, no permission).
 USAGE = 2

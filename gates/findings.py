@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
+from gates.jsonpath import json_path
 from gates.rules import Severity, rule
 
 #: A path into a YAML document: mapping keys and list indexes.
@@ -41,14 +42,6 @@ class Finding:
         d = asdict(self)
         d["severity"] = self.severity.value
         return d
-
-
-def json_path(where: DocPath) -> str:
-    """Render a document path as ``$.gates[2].threshold``."""
-    out = "$"
-    for step in where:
-        out += f"[{step}]" if isinstance(step, int) else f".{step}"
-    return out
 
 
 def make_finding(issue: Issue, file: str, line: int, column: int) -> Finding:

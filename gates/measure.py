@@ -5,17 +5,18 @@ A new gate is one function plus contract YAML::
     @measures("GATE-ARCH-370M-002", artifact="checkpoint directory", check=is_checkpoint)
     def checkpoint_passes_inspection(ctx: GateContext) -> Measurement: ...
 
-Measurement modules live in ``gates/measurements/`` and are imported on first lookup.
+Measurement modules belong to the project, not to the framework: they live in the
+directories its ``pyproject.toml`` names under ``[tool.shipgate] measurements``
+(gates.project; ``tests/measurements`` by default) and are imported on first lookup.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gates import project
 from gates.contract import Contract, Gate
 
 
@@ -53,7 +54,6 @@ class Measurer:
 
 
 REGISTRY: dict[str, Measurer] = {}
-_LOADED: set[str] = set()
 
 
 def measures(
@@ -66,16 +66,7 @@ def measures(
     return register
 
 
-def _load_builtin() -> None:
-    import gates.measurements as package  # noqa: PLC0415 - imported on first lookup only
-
-    for info in pkgutil.iter_modules(package.__path__):
-        name = f"{package.__name__}.{info.name}"
-        if name not in _LOADED:
-            importlib.import_module(name)
-            _LOADED.add(name)
-
-
-def lookup(gate_id: str) -> Measurer | None:
-    _load_builtin()
+def lookup(gate_id: str, root: Path) -> Measurer | None:
+    """The measurer of ``gate_id`` among the project's measurement modules under ``root``."""
+    project.import_all(root, "measurements")
     return REGISTRY.get(gate_id)

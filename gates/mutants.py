@@ -1,6 +1,7 @@
 """Mutants: the known bugs a falsification test exists to catch, as explicit injections.
 
-A project keeps its mutants in ``tests/mutants/*.py``::
+A project keeps its mutants in the directories its ``[tool.shipgate] mutants`` names
+(gates.project; ``tests/mutants`` by default)::
 
     from gates.mutants import mutant
 
@@ -15,15 +16,13 @@ before any test runs.
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from gates import project
+
 ENV_VAR = "SHIPGATE_MUTANT"
-MUTANTS_DIR = Path("tests") / "mutants"
 
 MutantFn = Callable[..., None]
 REGISTRY: dict[str, MutantFn] = {}
@@ -43,38 +42,12 @@ def mutant(mutant_id: str) -> Callable[[MutantFn], MutantFn]:
 
 def discover(root: Path) -> dict[str, str]:
     """mutant id → ``file:line`` of its implementation, found without importing anything."""
-    found: dict[str, str] = {}
-    directory = root / MUTANTS_DIR
-    for file in sorted(directory.glob("*.py")) if directory.is_dir() else []:
-        try:
-            tree = ast.parse(file.read_text(encoding="utf-8"), str(file))
-        except (SyntaxError, UnicodeDecodeError, OSError):
-            continue
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.FunctionDef):
-                continue
-            for dec in node.decorator_list:
-                name = dec.func if isinstance(dec, ast.Call) else None
-                is_mutant = (isinstance(name, ast.Name) and name.id == "mutant") or (
-                    isinstance(name, ast.Attribute) and name.attr == "mutant"
-                )
-                if is_mutant and dec.args and isinstance(dec.args[0], ast.Constant):
-                    found[str(dec.args[0].value)] = f"{file.relative_to(root)}:{dec.lineno}"
-    return found
+    return project.discover(root, "mutants")
 
 
 def load(root: Path) -> None:
-    """Import every ``tests/mutants/*.py`` of ``root`` so their mutants register."""
-    directory = root / MUTANTS_DIR
-    for file in sorted(directory.glob("*.py")) if directory.is_dir() else []:
-        name = f"_shipgate_mutants_{abs(hash(str(file.resolve())))}_{file.stem}"
-        if name in sys.modules:
-            continue
-        spec = importlib.util.spec_from_file_location(name, file)
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
+    """Import the project's mutant modules (``[tool.shipgate] mutants``) so they register."""
+    project.import_all(root, "mutants")
 
 
 def apply_from_env(root: Path):

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gates import atomic, contract_edit, evidence, measure, testrun
+from gates import atomic, contract_edit, evidence, measure, project, testrun
 from gates.checks.project_rules import evidence_mismatches
 from gates.contract import Contract, Gate
 from gates.validate import validate
@@ -109,14 +109,21 @@ def check(
     *,
     command: list[str],
     contract_version: str | None = None,
-    want: str = "PASS",
+    want: str | None = None,
     allow_dirty: bool = False,
 ) -> CheckResult:
-    measurer = measure.lookup(gate.id)
+    """Run the gate's bound tests and measurement; the verdict is ``want`` (PASS/PARTIAL) when
+    everything holds, else FAIL. Without ``want``, what the measurement says: PARTIAL when it
+    names something not discharged, else PASS."""
+    try:
+        measurer = measure.lookup(gate.id, root)
+    except project.ProjectConfigError as e:
+        raise RefusedError(str(e)) from e
     if measurer is None:
         raise RefusedError(
             f"no measurement is registered for {gate.id}: add a function decorated "
-            f"with @measures({gate.id!r}) under gates/measurements/"
+            f"with @measures({gate.id!r}) in a directory that [tool.shipgate] measurements "
+            "names in pyproject.toml (docs/measurements.md)"
         )
     refs = _resolve_artifacts(root, gate, measurer, artifacts)
     reasons: list[str] = []
@@ -149,8 +156,12 @@ def check(
         )
     if not gate.threshold.holds(value):
         reasons.append(f"{metric} = {value:g} {unit} misses {gate.threshold}")
+    want = want or ("PARTIAL" if result.partial else "PASS")
     if want == "PARTIAL" and not result.partial:
         reasons.append("--to PARTIAL needs a measurement that says what is not discharged")
+    if want == "PASS" and result.partial:
+        missing = ", ".join(result.partial.get("not_discharged", [])) or "something"
+        reasons.append(f"the measurement does not discharge {missing}: that is PARTIAL")
     git = evidence.git_info(root)
     if git["dirty"] and allow_dirty:
         git["dirty_override"] = True
@@ -162,7 +173,7 @@ def check(
         "gate": gate.id,
         "falsification_tests": list(gate.falsification_tests),
         "captured_at": evidence.utc_now(),
-        "host": evidence.host_info(),
+        "host": evidence.host_info(project.load_config(root).packages),
         "git": git,
         "command": command,
         "workload": {
@@ -200,7 +211,7 @@ def promote(
     command: list[str] | None = None,
     today: dt.date | None = None,
 ) -> CheckResult:
-    command = command or sys.argv
+    command = command or [Path(sys.argv[0]).name, *sys.argv[1:]]
     with atomic.locked(root / LOCK_NAME):
         atomic.recover(root)
         # Read the contract only once the lock is held: a concurrent promotion's edit is kept.
@@ -208,9 +219,8 @@ def promote(
         git = evidence.git_info(root)
         if git["dirty"] and not allow_dirty:
             raise RefusedError(
-                "the code under test has uncommitted changes "
-                f"({', '.join(evidence.CODE_UNDER_TEST)}); commit them, or pass "
-                "--allow-dirty (recorded in the evidence)"
+                f"the project under {root} has uncommitted changes (git status); commit "
+                "them, or pass --allow-dirty (recorded in the evidence)"
             )
         new_version = contract_edit.next_version(contract.metadata.version)
         result = check(

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from gates import mutants
+from gates import mutants, project
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -23,7 +23,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if impl is None:
         raise pytest.UsageError(
             f"{mutants.ENV_VAR}={mutant_id}: no @mutant({mutant_id!r}) under "
-            f"{config.rootpath / mutants.MUTANTS_DIR}"
+            "the [tool.shipgate] mutants directories of "
+            f"{config.rootpath / project.PYPROJECT}"
         )
     patch = pytest.MonkeyPatch()
     impl(patch)

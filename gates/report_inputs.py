@@ -2,6 +2,9 @@
 mutation audit, the plots, and whether --out may be replaced.
 
 Every problem is a ReportError whose message names the file; the command then writes nothing.
+
+    inputs = gather(contracts, Path("report.html"), plots=[Path("runs/demo/plots/loss.svg")])
+    files.atomic_write_bytes(Path("report.html"), gates.report.render(inputs).encode())
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from jsonschema import Draft202012Validator
 from gates import evidence
 from gates.audit import AUDIT_SCHEMA, AuditRow
 from gates.contract import Contract
-from gates.report import MARKER, Audit, AuditEntry, GateEvidence, Plot
+from gates.jsonpath import json_path
+from gates.report import MARKER, Audit, AuditEntry, GateEvidence, Plot, ReportInputs
+from gates.validate import find_root
 
 #: Where `make audit` writes the audit; read by default when it exists.
 DEFAULT_AUDIT = Path("runs") / "audit" / "audit.json"
@@ -76,10 +81,9 @@ def _audit_json(path: Path) -> dict:
     validator = Draft202012Validator(json.loads(AUDIT_SCHEMA.read_text(encoding="utf-8")))
     errors = sorted(validator.iter_errors(data), key=lambda err: list(err.path))
     if errors:
-        at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in errors[0].path)
         more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ReportError(
-            f"audit file {path}: not a gates audit file: ${at or ' (root)'}: "
+            f"audit file {path}: not a gates audit file: {json_path(errors[0].path)}: "
             f"{errors[0].message}{more}"
         )
     return data
@@ -171,3 +175,32 @@ def check_replaceable(out: Path) -> None:
         raise ReportError(
             f"--out {out} exists and was not written by gates report; not replacing it"
         )
+
+
+def gather(
+    contracts: Sequence[Contract],
+    out: Path,
+    *,
+    root: Path | None = None,
+    audit: Path | None = None,
+    plots: Sequence[Path] = (),
+) -> ReportInputs:
+    """Everything the page at ``out`` shows for these (validated) contracts, each input
+    checked: ``root`` (default: the first contract's project root, else the current
+    directory) anchors evidence paths; without ``audit``, DEFAULT_AUDIT under the root is
+    read when it exists. Raises ReportError, also when ``out`` may not be replaced."""
+    root = root or (find_root(contracts[0].path) if contracts else Path.cwd())
+    base_dir = out.absolute().parent
+    check_replaceable(out)
+    audit_path, defaulted = audit, False
+    if audit_path is None and (root / DEFAULT_AUDIT).exists():
+        audit_path, defaulted = root / DEFAULT_AUDIT, True
+    loaded = load_audit(audit_path, root, base_dir, defaulted=defaulted) if audit_path else None
+    return ReportInputs(
+        contracts=list(contracts),
+        evidence=load_evidence(contracts, root, base_dir),
+        audit=loaded,
+        audit_note=f"not audited: no --audit given and no {DEFAULT_AUDIT.as_posix()}",
+        plots=[load_plot(p) for p in plots],
+        contract_files={c.id: (href(c.path, base_dir), shown(c.path, root)) for c in contracts},
+    )

@@ -69,7 +69,7 @@ RULES: dict[str, Rule] = {
             "SCHEMA-VIOLATION",
             _E,
             "the value breaks the contract schema",
-            "see contracts/schema/contract.schema.json",
+            "see gates/schemas/contract.schema.json",
         ),
         Rule(
             "ID-FORMAT",
@@ -177,7 +177,13 @@ RULES: dict[str, Rule] = {
             "MUTANT-UNIMPLEMENTED",
             _E,
             "a mutant named by a test behind a ship-blocking gate has no implementation",
-            'add @mutant("<id>") in tests/mutants/*.py (see gates/mutants.py)',
+            'add @mutant("<id>") in a [tool.shipgate] mutants directory (docs/mutants.md)',
+        ),
+        Rule(
+            "PROJECT-CONFIG",
+            _E,
+            "the project's [tool.shipgate] table in pyproject.toml is malformed",
+            "list directories under mutants/measurements (docs/measurements.md)",
         ),
         Rule(
             "GATE-UNBOUND-TEST",
@@ -201,7 +207,7 @@ RULES: dict[str, Rule] = {
             "EVIDENCE-INVALID",
             _E,
             "an evidence file is not valid evidence JSON",
-            "regenerate it with `gates promote`; see evidence/schema/evidence.schema.json",
+            "regenerate it with `gates promote`; see gates/schemas/evidence.schema.json",
         ),
         Rule(
             "EVIDENCE-MISMATCH",

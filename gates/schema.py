@@ -18,9 +18,10 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from gates.findings import Issue
+from gates.jsonpath import json_path
 from gates.rules import rule
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "contracts" / "schema"
+SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"  # package data: the framework's own
 CONTRACT_SCHEMA = SCHEMA_DIR / "contract.schema.json"
 
 _KEYWORD_RULES = {
@@ -108,10 +109,7 @@ def _issues_for(error: ValidationError) -> Iterator[Issue]:
 def json_where(where: tuple) -> str:
     if not where:
         return "the contract"
-    out = ""
-    for step in where:
-        out += f"[{step}]" if isinstance(step, int) else (f".{step}" if out else step)
-    return f"`{out}`"
+    return f"`{json_path(where, root='')}`"
 
 
 def schema_issues(data: Any, validator: Draft202012Validator | None = None) -> list[Issue]:

@@ -29,7 +29,7 @@ SPEEDUP_DOCS, SPEEDUP_DOC_BYTES, SPEEDUP_VOCAB, SPEEDUP_MIN_FREQ = 500, 2048, 20
 
 
 def stdlib_files() -> list[Path]:
-    from trainer.data.corpus import embedded_corpus  # noqa: PLC0415
+    from trainer.tokenizer.corpus import embedded_corpus  # noqa: PLC0415
 
     return list(embedded_corpus().files)
 

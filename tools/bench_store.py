@@ -36,11 +36,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from trainer.model.config import preset  # noqa: E402 - needs ROOT on sys.path
+from trainer.runfiles.metrics_file import read_metrics  # noqa: E402
 from trainer.store.identity import new_run_id  # noqa: E402
 from trainer.store.registry import HOME_ENV  # noqa: E402
 from trainer.store.schema import RUNS_DB  # noqa: E402
 from trainer.train.metrics import MetricsWriter  # noqa: E402
-from trainer.train.metrics_file import read_metrics  # noqa: E402
 
 
 def _percentile(values: list[float], q: float) -> float:

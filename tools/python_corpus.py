@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trainer.data.corpus import embedded_corpus  # noqa: E402
+from trainer.tokenizer.corpus import embedded_corpus  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

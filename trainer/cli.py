@@ -13,7 +13,7 @@ import os
 import platform
 import sys
 
-from trainer import __version__
+from trainer import __version__, exit_codes
 from trainer.checkpoint.commands import add_checkpoint_parsers
 from trainer.config.commands import add_validate_parser
 from trainer.data.commands import add_data_parser
@@ -52,7 +52,7 @@ def cmd_env(args: argparse.Namespace) -> int:
     else:
         for key, value in env.items():
             print(f"{key:<17} {value}")
-    return 0
+    return exit_codes.OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,9 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except BrokenPipeError:  # `trainer runs ls | head`: the reader went away
-        from gates.exit_codes import stop_on_broken_pipe  # noqa: PLC0415
-
-        return stop_on_broken_pipe()
+        return exit_codes.stop_on_broken_pipe()
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from pathlib import Path
 from gates import semver
 from gates.contract import Contract
 from gates.findings import Issue
+from gates.jsonpath import json_path
 from gates.schema import did_you_mean
 
 
@@ -22,7 +23,9 @@ def duplicate_ids(c: Contract) -> Iterator[Issue]:
     for id_, where in items:
         if id_ in seen:
             yield Issue(
-                "ID-DUPLICATE", (*where, "id"), f"`{id_}` is already defined at {_fmt(seen[id_])}"
+                "ID-DUPLICATE",
+                (*where, "id"),
+                f"`{id_}` is already defined at {json_path(seen[id_], root='')}",
             )
         else:
             seen[id_] = where
@@ -34,10 +37,6 @@ def duplicate_ids(c: Contract) -> Iterator[Issue]:
                     "ID-DUPLICATE", (*m.where, "id"), f"mutant `{m.id}` is listed twice for {t.id}"
                 )
             names.add(m.id)
-
-
-def _fmt(where: tuple) -> str:
-    return "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in where).lstrip(".")
 
 
 def dangling_test_refs(c: Contract) -> Iterator[Issue]:

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from gates import semver
+from gates import project, semver
 from gates.contract import Contract, Gate
 from gates.evidence import evidence_path as expected_evidence_path
 from gates.evidence import schema_errors
@@ -48,8 +48,18 @@ def ship_blocking_marked(c: Contract, nodes: NodeIndex) -> Iterator[Issue]:
 def ship_blocking_mutants(c: Contract, root: Path) -> Iterator[Issue]:
     """MUTANT-MISSING / MUTANT-UNIMPLEMENTED: a ship-blocking gate's bound tests name the
     bugs they catch, and each named bug has an implementation `gates audit` can inject."""
-    implemented = discover_mutants(root)
     blocking = {ref for g in c.gates if g.ship_blocking for ref in g.falsification_tests}
+    try:
+        implemented = discover_mutants(root)
+        where = ", ".join(
+            str(d.relative_to(root.resolve()))
+            for d in project.load_config(root).directories["mutants"]
+        )
+    except project.ProjectConfigError as e:
+        first = next((t for t in c.falsification_tests if t.id in blocking and t.mutants), None)
+        if first is not None:
+            yield Issue("PROJECT-CONFIG", (*first.where, "mutants"), str(e), at_key=False)
+        return
     for t in c.falsification_tests:
         if t.id not in blocking or not t.bound:
             continue
@@ -65,7 +75,7 @@ def ship_blocking_mutants(c: Contract, root: Path) -> Iterator[Issue]:
                     "MUTANT-UNIMPLEMENTED",
                     (*m.where, "id"),
                     f"mutant `{m.id}` of {t.id} has no @mutant implementation under "
-                    f"{root / 'tests' / 'mutants'}",
+                    f"{where or 'no directory'} ([tool.shipgate] mutants)",
                     at_key=False,
                 )
 

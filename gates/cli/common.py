@@ -102,3 +102,17 @@ def run_guarded(prog: str, fn: Callable[[], int], debug: bool) -> int:
             file=sys.stderr,
         )
         return exit_codes.INTERNAL
+
+
+def recorded_command(prog: str, root: Path) -> list[str]:
+    """The command line as evidence records it: the program by name, never the absolute path
+    of one machine's executable, and paths under the project root relative to it."""
+    resolved_root = root.resolve()
+
+    def portable(arg: str) -> str:
+        path = Path(arg)
+        if path.is_absolute() and path.resolve().is_relative_to(resolved_root):
+            return str(path.resolve().relative_to(resolved_root))
+        return arg
+
+    return [prog, *(portable(a) for a in sys.argv[1:])]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gates import exit_codes
 from gates.audit import render_table, run_audit, write_audit_evidence
-from gates.cli.common import require_known, valid_contracts
+from gates.cli.common import recorded_command, require_known, valid_contracts
 from gates.validate import find_root
 
 
@@ -34,7 +34,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         return exit_codes.OK
     print(render_table(rows))
     if args.out:
-        write_audit_evidence(root, rows, sys.argv, args.out)
+        write_audit_evidence(root, rows, recorded_command("gates", root), args.out)
         print(f"audit evidence written to {args.out}")
     return exit_codes.OK if all(r.ok for r in rows) else exit_codes.FINDINGS
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-from gates import atomic, exit_codes, promotion
-from gates.cli.common import require_known, valid_contracts
+from gates import exit_codes, files, promotion
+from gates.cli.common import recorded_command, require_known, valid_contracts
 from gates.contract import Contract, Gate
 from gates.validate import find_root
 
@@ -44,11 +43,16 @@ def _print_check(result: promotion.CheckResult) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     root, contract, gate = _target(args)
     result = promotion.check(
-        root, contract, gate, args.artifact, command=sys.argv, allow_dirty=True
+        root,
+        contract,
+        gate,
+        args.artifact,
+        command=recorded_command("gates", root),
+        allow_dirty=True,
     )
     _print_check(result)
     if args.out:
-        atomic.atomic_write(args.out, (json.dumps(result.evidence, indent=2) + "\n").encode())
+        files.atomic_write_bytes(args.out, (json.dumps(result.evidence, indent=2) + "\n").encode())
         print(f"evidence written to {args.out}")
     return exit_codes.OK if result.verdict in ("PASS", "PARTIAL") else exit_codes.FINDINGS
 
@@ -62,7 +66,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
         args.artifact,
         to=args.to,
         allow_dirty=args.allow_dirty,
-        command=sys.argv,
+        command=recorded_command("gates", root),
     )
     _print_check(result)
     print(

@@ -20,39 +20,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from gates import atomic, exit_codes
+from gates import exit_codes, files
 from gates.cli.common import valid_contracts
 from gates.report import ReportInputs, count, render
-from gates.report_inputs import (
-    DEFAULT_AUDIT,
-    ReportError,
-    check_replaceable,
-    href,
-    load_audit,
-    load_evidence,
-    load_plot,
-    shown,
-)
-from gates.validate import find_root
+from gates.report_inputs import DEFAULT_AUDIT, ReportError, gather
 
 
 def _inputs(args: argparse.Namespace) -> ReportInputs:
     contracts = valid_contracts(args, "gates")
-    root = args.root or (find_root(contracts[0].path) if contracts else Path.cwd())
-    base_dir = args.out.absolute().parent
-    check_replaceable(args.out)
-    audit_path, defaulted = args.audit, False
-    if audit_path is None and (root / DEFAULT_AUDIT).exists():
-        audit_path, defaulted = root / DEFAULT_AUDIT, True
-    audit = load_audit(audit_path, root, base_dir, defaulted=defaulted) if audit_path else None
-    return ReportInputs(
-        contracts=contracts,
-        evidence=load_evidence(contracts, root, base_dir),
-        audit=audit,
-        audit_note=f"not audited: no --audit given and no {DEFAULT_AUDIT.as_posix()}",
-        plots=[load_plot(p) for p in args.plot],
-        contract_files={c.id: (href(c.path, base_dir), shown(c.path, root)) for c in contracts},
-    )
+    return gather(contracts, args.out, root=args.root, audit=args.audit, plots=args.plot)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -62,7 +38,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"gates report: error: {exc}; nothing written", file=sys.stderr)
         return exit_codes.FINDINGS
     page = render(inputs).encode("utf-8")
-    atomic.atomic_write(args.out, page)  # the old page or the new one, never a part
+    files.atomic_write_bytes(args.out, page)  # the old page or the new one, never a part
     counts = count(inputs.contracts)
     audit = (
         f"audit {inputs.audit.shown_path}" if inputs.audit is not None else "no audit (not audited)"

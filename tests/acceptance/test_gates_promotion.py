@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gates import atomic, evidence, promotion
+from gates import atomic, evidence, files, promotion
 from gates.cli import gates as gates_cli
 from gates.validate import validate
 from tests.acceptance import widget_project
@@ -182,7 +182,7 @@ def test_remeasuring_uses_the_recorded_artifact_and_refuses_a_changed_one(projec
 def test_a_read_only_evidence_directory_changes_nothing(project, monkeypatch):
     root, contract = project
     before = _snapshot(root, contract)
-    real = atomic.write_temp
+    real = files.write_temp
 
     def refuse_evidence(target: Path, data: bytes) -> Path:
         # chmod cannot stop root (CI runs as root), so the refusal is injected.
@@ -190,7 +190,7 @@ def test_a_read_only_evidence_directory_changes_nothing(project, monkeypatch):
             raise PermissionError(13, "Permission denied", str(target))
         return real(target, data)
 
-    monkeypatch.setattr(atomic, "write_temp", refuse_evidence)
+    monkeypatch.setattr(files, "write_temp", refuse_evidence)
     with pytest.raises(PermissionError):
         promote(root, contract, artifact(root, 5))
     assert _snapshot(root, contract) == before
@@ -219,11 +219,11 @@ DRIVER = textwrap.dedent("""\
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
     import widget_measurement  # registers the measurements
-    from gates import atomic, promotion
+    from gates import files, promotion
 
     root, gate, kill_at = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     calls = {"n": 0}
-    real_replace, real_write = os.replace, atomic.write_temp
+    real_replace, real_write = os.replace, files.write_temp
 
     def replace(src, dst):
         calls["n"] += 1
@@ -237,7 +237,7 @@ DRIVER = textwrap.dedent("""\
             os.kill(os.getpid(), signal.SIGKILL)
         return real_write(target, data)
 
-    os.replace, atomic.write_temp = replace, write_temp
+    os.replace, files.write_temp = replace, write_temp
     promotion.promote(root, root / "contracts" / "widget-v1.yaml", gate,
                       [root.parent / "artifact.txt"], command=["driver"])
     """)
@@ -302,7 +302,7 @@ def test_cli_refusal_is_exit_1_and_io_failure_is_exit_2(project, monkeypatch, ca
     def no_space(target: Path, data: bytes) -> Path:
         raise OSError(28, "No space left on device", str(target))
 
-    monkeypatch.setattr(atomic, "write_temp", no_space)
+    monkeypatch.setattr(files, "write_temp", no_space)
     before = _snapshot(root, contract)
     assert gates_cli.main([*argv, "--artifact", str(artifact(root, 5))]) == 2
     assert "No space left on device" in capsys.readouterr().err

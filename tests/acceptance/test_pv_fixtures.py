@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from gates.fixture_cases import (
+from gates.rules import RULES
+from gates.validate import validate
+from tests.fixture_cases import (
     FIXTURE_TODAY,
     actual_findings,
     expected_findings,
     invalid_cases,
 )
-from gates.rules import RULES
-from gates.validate import validate
 
 ROOT = Path(__file__).resolve().parents[2]
 INVALID_CASES = invalid_cases(ROOT)

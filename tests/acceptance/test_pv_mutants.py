@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gates import fixture_cases, source
+from gates import source
+from tests import fixture_cases
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKERS = list(fixture_cases.checkers())

@@ -3,7 +3,8 @@ the run finishes (exit 0, records carry the alerts); a stop rule ends the run af
 first step that breaches it - not at the step whose value equals the threshold - with
 exit 4, the rule, step and value on stderr, that step's checkpoint (valid) and
 training_state.json status "alert", which `trainer monitor` shows; an aborted run is
-status "aborted" (exit 3)."""
+status "aborted" (exit 5). Both statuses are the trainer's own (trainer/exit_codes.py),
+never a framework code (3 is pv's and gates' INTERNAL)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,9 @@ from tests.unit.trainer.loop_support import (  # noqa: F401 - one_thread is a fi
     one_thread,
     write_run_config,
 )
-from trainer import cli
+from trainer import cli, exit_codes
 from trainer.checkpoint.layout import checkpoint_dirs, step_of
 from trainer.checkpoint.verify import inspect_checkpoint
-from trainer.train.commands import ALERT_STATUS
 
 STEPS = 12
 
@@ -103,7 +103,7 @@ def test_a_stop_rule_fires_at_the_first_breaching_step_exit_4_with_its_checkpoin
     rc, stdout, err = _apply(
         _config(tmp_path, corpus, rules), out, capsys, "--max-steps", str(STEPS)
     )
-    assert rc == ALERT_STATUS == 4, err
+    assert rc == exit_codes.ALERT_STOPPED == 4, err
     records = _lines(out)
     assert [r["step"] for r in records] == list(range(1, k + 1)), "not stopped after step k"
     assert [r["loss"] for r in records] == losses[:k]
@@ -132,13 +132,13 @@ def test_a_stop_rule_fires_at_the_first_breaching_step_exit_4_with_its_checkpoin
     assert any(a["kind"] == "rule" for a in snap["alerts"])
 
 
-def test_an_aborted_run_exits_3_and_records_aborted(corpus, tmp_path, capsys):
+def test_an_aborted_run_exits_5_and_records_aborted(corpus, tmp_path, capsys):
     config = _config(
         tmp_path, corpus, "    - when: loss > 100\n      action: stop\n", wrap_around=False
     )
     out = tmp_path / "out"
     rc, _, err = _apply(config, out, capsys)
-    assert rc == 3, err
+    assert rc == exit_codes.ABORTED == 5, err
     state = _state(out)
     assert state["status"] == "aborted" and state["reason"].startswith("DataExhaustedError: step ")
     assert cli.main(["monitor", str(out), "--json"]) == 0

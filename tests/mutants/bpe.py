@@ -1,7 +1,7 @@
 """Known bugs of the BPE trainer (C-BPE-TRAIN-PERF's mutants), injected by `gates audit`."""
 
 from gates.mutants import mutant
-from trainer.tokenizer import bpe, commands
+from trainer.tokenizer import bpe, training
 
 
 def _wrong_tie_break(patch, tie) -> None:
@@ -81,7 +81,7 @@ def _no_progress(patch):
 @mutant("progress-missing-top-count")
 def _no_top_count(patch):
     patch.setattr(
-        commands,
+        training,
         "format_progress",
         lambda merges, seconds, top, heap: f"[bpe] merges={merges} heap={heap}",
     )

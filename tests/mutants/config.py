@@ -1,13 +1,13 @@
 """Known bugs of the training-config preflight, schedule and step driver
 (C-TRAINCFG-001's mutants), injected by `gates audit`. Each patches one named seam of
-trainer/config/algebra.py, trainer/train/schedule.py or trainer/train/steps.py."""
+trainer/config/algebra.py, trainer/config/schedule.py or trainer/train/steps.py."""
 
 import math
 from itertools import islice
 
 from gates.mutants import mutant
-from trainer.config import algebra
-from trainer.train import schedule, steps
+from trainer.config import algebra, schedule
+from trainer.train import steps
 
 
 @mutant("floor-replaced-by-ceil")

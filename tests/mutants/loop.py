@@ -1,7 +1,7 @@
 """Known bugs of the training loop itself (C-TRAINING-LOOP mutants), injected by `gates audit`.
 
-Each patches one named seam of trainer/train/{loop,sequences,optim,guards,loss,commands}.py
-or trainer/data/encode.py, so everything else is the real code. Killed by
+Each patches one named seam of trainer/train/{loop,sequences,optim,guards,loss}.py,
+trainer/data/encode.py or trainer/exit_codes.py, so everything else is the real code. Killed by
 tests/unit/trainer/test_loop_run.py (FALSIFY-TRAIN-LOOP-001, 003, 006, 007, 008),
 test_loop_data.py (002) and test_loop_determinism.py (011); gradients-never-zeroed and
 lr-schedule-not-applied are also the grammar oracle's (017). The mutants of the loop's
@@ -16,9 +16,10 @@ import numpy as np
 import torch
 
 from gates.mutants import mutant
+from trainer import exit_codes
 from trainer.data import encode
 from trainer.data.loader import DataExhaustedError
-from trainer.train import commands, guards, loop, optim, sequences
+from trainer.train import guards, loop, optim, sequences
 
 
 # ---------------------------------------------------------------- FALSIFY-TRAIN-LOOP-001
@@ -152,7 +153,7 @@ def _grad_norm_not_checked(patch):
 
 @mutant("exit-zero-on-abort")
 def _exit_zero(patch):
-    patch.setattr(commands, "ABORT_STATUS", 0)
+    patch.setattr(exit_codes, "ABORTED", 0)  # `trainer apply` returns it when a run aborts
 
 
 # ---------------------------------------------------------------- FALSIFY-TRAIN-LOOP-007

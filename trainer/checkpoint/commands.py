@@ -16,6 +16,8 @@ import json
 import sys
 from pathlib import Path
 
+from trainer import exit_codes
+
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from trainer.checkpoint.verify import inspect_checkpoint  # noqa: PLC0415 - no torch at start-up
@@ -23,7 +25,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     report = inspect_checkpoint(args.path)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
-        return 0 if report.valid else 1
+        return exit_codes.OK if report.valid else exit_codes.FINDINGS
     m = report.manifest or {}
     print(f"checkpoint      {report.path}")
     print(f"format          {m.get('format')} version {m.get('format_version')}")
@@ -37,25 +39,22 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for problem in report.problems:
         print(f"trainer inspect: invalid: {problem}", file=sys.stderr)
     print(f"verdict         {'valid' if report.valid else 'INVALID'}")
-    return 0 if report.valid else 1
+    return exit_codes.OK if report.valid else exit_codes.FINDINGS
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from trainer.checkpoint.export import ExportError, export_checkpoint  # noqa: PLC0415
-    from trainer.checkpoint.layout import CheckpointError  # noqa: PLC0415
-    from trainer.model.hf import WeightsFileError  # noqa: PLC0415
-    from trainer.model.vocab import VocabMismatchError  # noqa: PLC0415
+    from trainer.checkpoint.export import EXPORT_ERRORS, export_checkpoint  # noqa: PLC0415
 
     try:
         report = export_checkpoint(args.checkpoint, args.out, tokenizer_dir=args.tokenizer)
-    except (ExportError, CheckpointError, WeightsFileError, VocabMismatchError) as exc:
+    except EXPORT_ERRORS as exc:
         print(f"trainer export: error: {exc}", file=sys.stderr)
-        return 1
+        return exit_codes.FINDINGS
     print(
         f"{report.out_dir}: {report.tensor_count} tensors, {report.tensor_bytes} tensor bytes; "
         f"{', '.join(report.files)}"
     )
-    return 0
+    return exit_codes.OK
 
 
 def add_checkpoint_parsers(sub: argparse._SubParsersAction) -> None:

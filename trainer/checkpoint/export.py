@@ -24,13 +24,14 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from trainer.checkpoint.durable import fsync_dir, fsync_file, write_json
-from trainer.checkpoint.layout import MODEL_FILE, STATE_FILE
+from gates.files import fsync_dir, fsync_file
+from trainer.checkpoint.durable import write_json
+from trainer.checkpoint.layout import MODEL_FILE, STATE_FILE, CheckpointError
 from trainer.checkpoint.verify import verify_checkpoint
 from trainer.model import hf, llama
 from trainer.model.config import LlamaConfig
 from trainer.model.params import parameter_shapes
-from trainer.model.vocab import check_vocab_agreement, tokenizer_vocab_size
+from trainer.model.vocab import VocabMismatchError, check_vocab_agreement, tokenizer_vocab_size
 
 CONFIG_FILE = "config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -39,6 +40,11 @@ _LISTED = 5
 
 class ExportError(ValueError):
     """The export would not be the model asked for; nothing was written."""
+
+
+#: Everything export_checkpoint raises for a checkpoint it will not export (each names the
+#: file and the reason); nothing is written then.
+EXPORT_ERRORS = (ExportError, CheckpointError, hf.WeightsFileError, VocabMismatchError)
 
 
 @dataclass(frozen=True)

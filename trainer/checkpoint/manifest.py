@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint.durable import sha256_file
+from gates.files import sha256_file
 from trainer.checkpoint.layout import FORMAT, FORMAT_VERSION, MANIFEST_FILE, CheckpointError
 
 

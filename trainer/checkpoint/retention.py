@@ -16,7 +16,7 @@ import json
 import shutil
 from pathlib import Path
 
-from trainer.checkpoint.durable import fsync_dir
+from gates.files import fsync_dir
 from trainer.checkpoint.layout import STAGING_SUFFIX, STATE_FILE, checkpoint_dirs
 from trainer.checkpoint.verify import inspect_checkpoint
 

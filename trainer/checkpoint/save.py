@@ -26,8 +26,9 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from gates.files import atomic_write_text, fsync_dir, fsync_file
 from trainer.checkpoint import optimizer_state, rng
-from trainer.checkpoint.durable import fsync_dir, fsync_file, replace_file_atomically, write_json
+from trainer.checkpoint.durable import write_json
 from trainer.checkpoint.layout import (
     LATEST_POINTER,
     MANIFEST_FILE,
@@ -168,5 +169,5 @@ def save_checkpoint(
         if staging != final:
             shutil.rmtree(staging, ignore_errors=True)
         raise CheckpointError(f"{final}: saving step {step} failed: {exc}") from exc
-    replace_file_atomically(run_dir / LATEST_POINTER, final.name + "\n")
+    atomic_write_text(run_dir / LATEST_POINTER, final.name + "\n")
     return final

@@ -20,7 +20,7 @@ from typing import Any
 
 from safetensors import SafetensorError, safe_open
 
-from trainer.checkpoint.durable import sha256_file
+from gates.files import sha256_file
 from trainer.checkpoint.layout import (
     DATA_FILES,
     MANIFEST_FILE,

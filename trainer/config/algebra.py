@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from trainer.train import schedule
+from trainer.config import schedule
 
 #: Tokens per parameter below which a run is refused, and below which it is warned about
 #: (Hoffmann et al. 2022: about 20 tokens per parameter is compute-optimal).

@@ -4,7 +4,8 @@ Checks the YAML, the schema (trainer/config/schema.json), the architecture, and 
 C-TRAINCFG-001 rules that need no sequence count (warmup <= 10 % of max_steps, warmup <
 max_steps, min_lr = 0.1 x lr, tokens per parameter at their upper bound). Steps per epoch,
 the epochs cap and the reachable steps need N, which ``trainer plan`` counts from the
-shard manifest. Fast enough for CI: no torch import.
+shard manifest. Fast enough for CI: no torch import. The checks are
+trainer/config/validate.py's (`trainer apply` and `trainer pipeline` make them too).
 
     trainer validate configs/quickstart.yaml           # exit 0 valid, 1 invalid
     file:line:column: error FIELD: message (hint)       # one line per problem
@@ -16,72 +17,16 @@ import argparse
 import json
 from pathlib import Path
 
-from trainer.config.algebra import DataFreeReport, RuleResult, evaluate_data_free
-from trainer.config.load import ConfigError, ConfigFinding, RunConfig, load_config
+from trainer import exit_codes
+from trainer.config.algebra import DataFreeReport
+from trainer.config.load import RunConfig
+from trainer.config.validate import CONTRACT, validate
 from trainer.model.params import param_count
 
-CONTRACT = "C-TRAINCFG-001"
 NOT_CHECKED = (
     "steps per epoch, the epochs cap and the reachable steps need N, the training "
     "sequences; `trainer plan CONFIG` counts N from the shard manifest and checks them"
 )
-
-
-def rule_finding(cfg: RunConfig, result: RuleResult, severity: str) -> ConfigFinding:
-    """An algebra result as a finding cited at the YAML line of its first field."""
-    field = result.fields[0]
-    line, column = cfg.position_of(field)
-    message = result.message.removesuffix(f"; {result.fix}") if result.fix else result.message
-    hint = "; ".join(p for p in (result.fix, f"{CONTRACT} {result.rule}") if p)
-    return ConfigFinding(
-        str(cfg.path), line, column, field, message, hint, result.rule.lower(), severity
-    )
-
-
-def validate(
-    path: Path, world_size: int = 1
-) -> tuple[list[ConfigFinding], RunConfig | None, DataFreeReport | None]:
-    """(findings, config, data-free algebra report); config and report are None when the
-    file does not load. ``world_size``: the data-parallel processes the run will have (a
-    global batch is micro_batch x gradient_accumulation x world_size sequences)."""
-    try:
-        cfg = load_config(path)
-    except ConfigError as exc:
-        return exc.findings, None, None
-    report = evaluate_data_free(
-        cfg.algebra_inputs(sequences=None, params=param_count(cfg.model), world_size=world_size)
-    )
-    findings = [rule_finding(cfg, v, "error") for v in report.violations]
-    findings += [rule_finding(cfg, w, "warning") for w in report.warnings]
-    findings += alert_warnings(cfg)
-    findings.sort(key=lambda f: (f.severity != "error", f.line or 0, f.column or 0))
-    return findings, cfg, report
-
-
-def alert_warnings(cfg: RunConfig) -> list[ConfigFinding]:
-    """Alert rules this config can never check: from a step past max_steps, or on
-    val_loss when no step evaluates (eval_interval > max_steps). Warnings: the run is
-    fine, the rule is dead weight that looks like protection."""
-    t = cfg.training
-    found = []
-    for index, rule in enumerate(cfg.monitoring.alerts):
-        field = f"monitoring.alerts[{index}]"
-        if rule.after_step > t.max_steps:
-            why = f"after_step {rule.after_step} > max_steps {t.max_steps}"
-            hint = "lower after_step"
-        elif rule.metric == "val_loss" and t.eval_interval > t.max_steps:
-            why = f"no evaluation: eval_interval {t.eval_interval} > max_steps {t.max_steps}"
-            hint = "lower training.eval_interval"
-        else:
-            continue
-        line, column = cfg.position_of(field)
-        message = f'rule "{rule.when}" is never checked ({why})'
-        found.append(
-            ConfigFinding(
-                str(cfg.path), line, column, field, message, hint, "alert-never-checked", "warning"
-            )
-        )
-    return found
 
 
 def summary(cfg: RunConfig, report: DataFreeReport, world_size: int = 1) -> list[str]:
@@ -138,16 +83,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 indent=2,
             )
         )
-        return 1 if errors else 0
+        return exit_codes.FINDINGS if errors else exit_codes.OK
     for finding in findings:
         print(finding.render())
     if errors:
         print(f"{args.config}: invalid ({len(errors)} error{'s' * (len(errors) != 1)})")
-        return 1
+        return exit_codes.FINDINGS
     assert cfg is not None and report is not None  # loaded, since no error
     print(f"{args.config}: valid (schema, architecture, data-free {CONTRACT} rules)")
     print("\n".join(summary(cfg, report, args.world_size)))
-    return 0
+    return exit_codes.OK
 
 
 def add_validate_parser(sub: argparse._SubParsersAction) -> None:

@@ -39,6 +39,7 @@ from typing import Any
 from jsonschema import Draft202012Validator, validators
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
+from gates.jsonpath import json_path
 from gates.source import SourceError, UnreadablePathError, YamlSource, read_yaml
 from trainer.config.alerts import AlertRule, AlertSyntaxError, parse_rule, parse_when
 from trainer.config.algebra import AlgebraInputs, default_min_lr
@@ -230,17 +231,6 @@ _Validator = validators.extend(
 )
 
 
-def _dotted(where: tuple) -> str:
-    """``monitoring.alerts[1].when`` for ("monitoring", "alerts", 1, "when")."""
-    out = ""
-    for part in where:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
 def _subschema(where: tuple) -> dict:
     node = schema()
     for step in where:
@@ -295,7 +285,7 @@ def _type_hint(value: Any, expected: str | list) -> str:
 
 
 def _did_you_mean(key: str, where: tuple) -> str:
-    dotted = _dotted((*where, key))
+    dotted = json_path((*where, key), root="")
     if dotted in RENAMED:
         return f"did you mean {RENAMED[dotted]}?"
     known = list(_subschema(where).get("properties", {}))
@@ -309,7 +299,7 @@ def _did_you_mean(key: str, where: tuple) -> str:
 
 
 def _missing_hint(where: tuple, key: str) -> str:
-    section = f" under {_dotted(where)}:" if where else ""
+    section = f" under {json_path(where, root='')}:" if where else ""
     about = _subschema((*where, key)).get("description", "").rstrip(".")
     return f"add {key}:{section}" + (f" {about[0].lower()}{about[1:]}" if about else "")
 
@@ -319,7 +309,7 @@ def _schema_findings(src: YamlSource) -> Iterator[ConfigFinding]:
 
     def at(where: tuple, message: str, hint: str, code: str, *, at_key: bool = False):
         line, col = src.locate(where, at_key=at_key)
-        return ConfigFinding(path, line, col, _dotted(where), message, hint, code)
+        return ConfigFinding(path, line, col, json_path(where, root=""), message, hint, code)
 
     seen: set[tuple] = set()
     for err in _Validator(schema()).iter_errors(src.data):
@@ -334,7 +324,7 @@ def _schema_findings(src: YamlSource) -> Iterator[ConfigFinding]:
                         path,
                         line,
                         col,
-                        _dotted((*where, key)),
+                        json_path((*where, key), root=""),
                         f"unknown key {key!r}",
                         _did_you_mean(key, where),
                         "unknown-key",
@@ -343,11 +333,11 @@ def _schema_findings(src: YamlSource) -> Iterator[ConfigFinding]:
             for key in err.validator_value:
                 if key not in value and (where, key) not in seen:
                     seen.add((where, key))
-                    section = _dotted(where) or "the top level"
+                    section = json_path(where, root="") or "the top level"
                     yield ConfigFinding(
                         path,
                         *src.locate(where),
-                        _dotted((*where, key)),
+                        json_path((*where, key), root=""),
                         f"missing required key {key!r} in {section}",
                         _missing_hint(where, key),
                         "missing-key",
@@ -416,7 +406,13 @@ def _alert_findings(src: YamlSource) -> list[ConfigFinding]:
             line, col = src.locate(where, at_key=False)
             findings.append(
                 ConfigFinding(
-                    str(src.path), line, col, _dotted(where), str(exc), exc.hint, "bad-alert"
+                    str(src.path),
+                    line,
+                    col,
+                    json_path(where, root=""),
+                    str(exc),
+                    exc.hint,
+                    "bad-alert",
                 )
             )
     return findings
@@ -485,13 +481,13 @@ def _positions(tree: Any, prefix: tuple = ()) -> dict[str, tuple[int, int]]:
         for key, value in tree.items():
             line, col = tree.lc.key(key)
             where = (*prefix, str(key))
-            out[_dotted(where)] = (line + 1, col + 1)
+            out[json_path(where, root="")] = (line + 1, col + 1)
             out.update(_positions(value, where))
     elif isinstance(tree, CommentedSeq):  # list entries: "monitoring.alerts[1]"
         for index, value in enumerate(tree):
             line, col = tree.lc.item(index)
             where = (*prefix, index)
-            out[_dotted(where)] = (line + 1, col + 1)
+            out[json_path(where, root="")] = (line + 1, col + 1)
             out.update(_positions(value, where))
     return out
 

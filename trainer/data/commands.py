@@ -14,44 +14,21 @@ import sys
 import time
 from pathlib import Path
 
-from trainer.data.corpus import embedded_corpus
+from trainer import exit_codes
 from trainer.data.encode import (
     DEFAULT_SHARD_TOKENS,
     DEFAULT_VAL_FRACTION,
+    ENCODE_ERRORS,
     CorpusEncodeError,
+    corpus_files,
     encode_corpus,
 )
 from trainer.data.manifest import MANIFEST_NAME, SPLITS, Manifest, load_manifest
 from trainer.data.shards import ShardError
-from trainer.tokenizer.counting import CorpusReadError
-from trainer.tokenizer.model import TokenizerFileError
-
-_ENCODE_ERRORS = (ShardError, TokenizerFileError, CorpusReadError, CorpusEncodeError)
 
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-def corpus_files(inputs: list[Path], site_packages: bool) -> tuple[list[Path], int]:
-    """(files in a deterministic order, files skipped). Inputs as given, directories
-    walked sorted; without inputs, the embedded corpus minus its undecodable files."""
-    if not inputs:
-        corpus = embedded_corpus(site_packages=site_packages)
-        source = "standard library" + (" + site-packages" if site_packages else "")
-        _stderr(f"[data] embedded corpus: {source}, {corpus.description}")
-        return list(corpus.files), len(corpus.skipped)
-    files: list[Path] = []
-    for item in inputs:
-        if item.is_dir():
-            files.extend(sorted(p for p in item.rglob("*") if p.is_file()))
-        elif item.is_file():
-            files.append(item)
-        else:
-            raise CorpusReadError(f"{item}: no such file or directory")
-    if not files:
-        raise CorpusEncodeError(f"empty corpus: no files under {', '.join(map(str, inputs))}")
-    return files, 0
 
 
 def cmd_encode(args: argparse.Namespace) -> int:
@@ -72,9 +49,9 @@ def cmd_encode(args: argparse.Namespace) -> int:
             skipped_files=skipped,
             progress=_stderr,
         )
-    except _ENCODE_ERRORS as exc:
+    except ENCODE_ERRORS as exc:
         _stderr(f"trainer data encode: error: {exc}")
-        return 1
+        return exit_codes.FINDINGS
     seconds = time.perf_counter() - start
     for split in SPLITS:
         info = manifest["splits"][split]
@@ -84,7 +61,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
         )
     _stderr(f"[data] DONE {manifest['totals']['tokens']} tokens, {seconds:.1f} s")
     print(args.out / MANIFEST_NAME)
-    return 0
+    return exit_codes.OK
 
 
 def format_manifest(manifest: Manifest) -> list[str]:
@@ -117,12 +94,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         manifest = load_manifest(args.dir, verify=True)
     except ShardError as exc:
         _stderr(f"trainer data inspect: error: {exc}")
-        return 1
+        return exit_codes.FINDINGS
     if args.json:
         print(json.dumps({"verified": True, "manifest_sha256": manifest.sha256, **manifest.data}))
     else:
         print("\n".join(format_manifest(manifest)))
-    return 0
+    return exit_codes.OK
 
 
 def add_data_parser(sub: argparse._SubParsersAction) -> None:

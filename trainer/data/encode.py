@@ -17,6 +17,7 @@ the threshold; fewer than 2 distinct non-empty documents is an error.
 Everything is written into a sibling ``<out>.tmp-<pid>`` directory, manifest.json last,
 then renamed onto ``out``: a crash leaves either no data directory or the old one.
 
+    files, skipped = corpus_files([Path("src/")], site_packages=False)  # [] = embedded corpus
     manifest = encode_corpus(files, Path("tok"), Path("data"), val_fraction=0.01)
 """
 
@@ -28,6 +29,7 @@ import json
 import multiprocessing as mp
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,14 +37,15 @@ from pathlib import Path
 
 import numpy as np
 
+from gates.files import fsync_dir, sha256_file
 from trainer.data.manifest import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
     MANIFEST_VERSION,
     SPLITS,
-    file_sha256,
 )
-from trainer.data.shards import dtype_for_vocab, write_shard
+from trainer.data.shards import ShardError, dtype_for_vocab, write_shard
+from trainer.tokenizer.corpus import embedded_corpus
 from trainer.tokenizer.counting import CorpusReadError, read_text
 from trainer.tokenizer.model import ByteLevelBPE, TokenizerFileError
 
@@ -56,6 +59,35 @@ VAL_RULE = "sha256(document bytes)[:8] / 2**64 < val_fraction"
 
 class CorpusEncodeError(ValueError):
     """The corpus, the arguments or the destination do not allow an encode (says why)."""
+
+
+#: Everything corpus_files and encode_corpus raise for an encode that cannot be done (each
+#: names the file, the argument or the destination); nothing is written then.
+ENCODE_ERRORS = (ShardError, TokenizerFileError, CorpusReadError, CorpusEncodeError)
+
+
+def corpus_files(inputs: list[Path], site_packages: bool) -> tuple[list[Path], int]:
+    """(files in a deterministic order, files skipped): what `trainer data encode --input
+    PATH...` encodes. Inputs as given, directories walked sorted; without inputs, the
+    embedded corpus minus its undecodable files."""
+    if not inputs:
+        corpus = embedded_corpus(site_packages=site_packages)
+        source = "standard library" + (" + site-packages" if site_packages else "")
+        print(
+            f"[data] embedded corpus: {source}, {corpus.description}", file=sys.stderr, flush=True
+        )
+        return list(corpus.files), len(corpus.skipped)
+    files: list[Path] = []
+    for item in inputs:
+        if item.is_dir():
+            files.extend(sorted(p for p in item.rglob("*") if p.is_file()))
+        elif item.is_file():
+            files.append(item)
+        else:
+            raise CorpusReadError(f"{item}: no such file or directory")
+    if not files:
+        raise CorpusEncodeError(f"empty corpus: no files under {', '.join(map(str, inputs))}")
+    return files, 0
 
 
 @dataclass(frozen=True)
@@ -206,7 +238,7 @@ def _write_split(
         shards.append(
             {
                 "file": name,
-                "sha256": file_sha256(directory / name),
+                "sha256": sha256_file(directory / name),
                 "tokens": len(tokens),
                 "documents": int(np.count_nonzero(tokens == eot)),
             }
@@ -221,14 +253,6 @@ def _write_split(
 def _stream(documents: list[EncodedDocument], eot_arr: np.ndarray) -> np.ndarray:
     pieces = [piece for doc in documents for piece in (doc.tokens, eot_arr)]
     return np.concatenate(pieces) if pieces else eot_arr[:0]
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _move_into_place(tmp_dir: Path, out_dir: Path) -> None:
@@ -246,7 +270,7 @@ def _move_into_place(tmp_dir: Path, out_dir: Path) -> None:
         shutil.rmtree(old)
     else:
         os.replace(tmp_dir, out_dir)  # rename(2) replaces an empty directory
-    _fsync_dir(out_dir.parent)
+    fsync_dir(out_dir.parent)
 
 
 def encode_corpus(
@@ -312,7 +336,7 @@ def encode_corpus(
             "format": MANIFEST_FORMAT,
             "format_version": MANIFEST_VERSION,
             "tokenizer": {
-                "sha256": file_sha256(tokenizer_dir / "tokenizer.json"),
+                "sha256": sha256_file(tokenizer_dir / "tokenizer.json"),
                 "vocab_size": vocab_size,
                 "eot_token": EOT_TOKEN,
                 "eot_id": eot,
@@ -332,7 +356,7 @@ def encode_corpus(
             },
         }
         _write_json(tmp_dir / MANIFEST_NAME, manifest)
-        _fsync_dir(tmp_dir)
+        fsync_dir(tmp_dir)
         _check_destination(out_dir, force)  # it may have appeared while we encoded
         _move_into_place(tmp_dir, out_dir)
     except BaseException:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gates.files import sha256_file
 from trainer.data.shards import ShardError, dtype_for_vocab, read_shard
 
 MANIFEST_NAME = "manifest.json"
@@ -82,14 +83,6 @@ class Manifest:
 
     def shards(self, split: str) -> list[ShardEntry]:
         return [ShardEntry(**s) for s in self.data["splits"][split]["shards"]]
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _lookup(data: dict, dotted: str, want: type, where: str) -> object:
@@ -173,7 +166,7 @@ def verify_shard(manifest: Manifest, entry: ShardEntry) -> None:
     """sha256, header and document count of one shard against the manifest."""
     path = manifest.directory / entry.file
     try:
-        actual = file_sha256(path)
+        actual = sha256_file(path)
     except OSError as exc:
         raise ShardError(f"shard {path}: cannot read: {exc.strerror or exc}") from None
     if actual != entry.sha256:

@@ -15,18 +15,18 @@ The dtype follows from vocab_size alone (uint16 while every id fits), so a reade
 tell a flipped dtype code from a real one. Unlike a bare ``.bin`` of ids, a truncated
 copy, trailing garbage or a shard written for another vocabulary is caught on read.
 
-    write_shard(path, tokens, vocab_size)   # temp file + fsync + os.replace
+    write_shard(path, tokens, vocab_size)   # atomic: gates/files.py replacing()
     tokens = read_shard(path, expected_vocab_size=..., expected_dtype=...)
 """
 
 from __future__ import annotations
 
-import os
 import struct
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from gates.files import replacing
 
 MAGIC = b"SGTOKENS"
 FORMAT_VERSION = 1
@@ -66,17 +66,9 @@ def write_shard(path: Path, tokens: np.ndarray, vocab_size: int) -> None:
     header = _HEADER.pack(
         MAGIC, FORMAT_VERSION, _CODE_BY_NAME[dtype.name], vocab_size, 0, tokens.size, b""
     )
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(header)
-            fh.write(tokens.astype(dtype, copy=False).tobytes())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with replacing(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(header)
+        fh.write(tokens.astype(dtype, copy=False).tobytes())
 
 
 def read_shard(

@@ -15,8 +15,6 @@ Contract: C-LLAMA-370M-SOVEREIGN (INV-ARCH-370M-004/008/009).
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from gates.files import replacing
 from trainer.model.config import INIT_STD, LlamaConfig
 from trainer.model.llama import Llama
 from trainer.model.params import parameter_shapes
@@ -140,17 +139,9 @@ def save_weights(
             f"{path}: refusing to write weights that are not the configured model: "
             + "; ".join(problems)
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file(tensors, tmp, metadata={"format": "pt"})  # "pt": what from_pretrained expects
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # "pt": the metadata from_pretrained expects. replacing() creates missing parents.
+    with replacing(path) as tmp:
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
     return path.stat().st_size
 
 

@@ -21,12 +21,12 @@ import sys
 import time
 from pathlib import Path
 
-INPUT_ERROR_STATUS = 1
+from trainer import exit_codes
 
 
 def _fail(message: str) -> int:
     print(f"trainer monitor: error: {message}", file=sys.stderr)
-    return INPUT_ERROR_STATUS
+    return exit_codes.FINDINGS
 
 
 def _interval(text: str) -> float:
@@ -47,7 +47,7 @@ def watch(run_dir: Path, interval: float, console: object) -> int:
 
     from trainer.monitor.snapshot import take_snapshot  # noqa: PLC0415
     from trainer.monitor.view import render  # noqa: PLC0415
-    from trainer.train.metrics_file import END_STATUSES  # noqa: PLC0415
+    from trainer.runfiles.metrics_file import END_STATUSES  # noqa: PLC0415
 
     snap = take_snapshot(run_dir)
     try:
@@ -58,7 +58,7 @@ def watch(run_dir: Path, interval: float, console: object) -> int:
                 live.update(render(snap), refresh=True)
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a watch ends: not an error
-    return 0
+    return exit_codes.OK
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
@@ -66,16 +66,16 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
     from trainer.monitor.snapshot import RunDirError, take_snapshot  # noqa: PLC0415
     from trainer.monitor.view import render  # noqa: PLC0415
-    from trainer.train.metrics_file import MetricsFileError  # noqa: PLC0415
+    from trainer.runfiles.metrics_file import MetricsFileError  # noqa: PLC0415
 
     try:
         if args.json:
             print(json.dumps(take_snapshot(args.run_dir).to_json(), indent=2))
-            return 0
+            return exit_codes.OK
         console = Console()
         if args.once:
             console.print(render(take_snapshot(args.run_dir)))
-            return 0
+            return exit_codes.OK
         return watch(args.run_dir, args.interval, console)
     except (RunDirError, MetricsFileError, OSError) as exc:
         return _fail(str(exc))

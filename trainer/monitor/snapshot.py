@@ -11,7 +11,7 @@ one run while it trains):
 - the tail of ``metrics.jsonl`` (its last TAIL_BYTES): the series behind the sparklines
   and the medians. The trainer appends to it while we read, so a torn last line is
   expected and dropped; a bad line before the last is an error naming file:line, the
-  trainer's own rule (trainer/train/metrics_file.py).
+  trainer's own rule (trainer/runfiles/metrics_file.py).
 - ``checkpoints/step-NNNNNNNN/``: the newest one holding its manifest (written last, so
   the directory is whole). Not the ``latest`` pointer: it is replaced after the rename,
   so for a moment it names the checkpoint before.
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainer.checkpoint.layout import CHECKPOINTS_DIR, MANIFEST_FILE, checkpoint_dirs, step_of
-from trainer.train.metrics_file import (
+from trainer.runfiles.metrics_file import (
     END_STATUSES,
     METRICS_FILE,
     RUN_MANIFEST,

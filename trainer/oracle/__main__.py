@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from trainer import exit_codes
 from trainer.oracle.run import RATIO_LIMIT, SEEDS, run_seeds
 
 
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
             "seeds": [r.to_json() for r in results],
         }
         args.out.write_text(json.dumps(payload, indent=2) + "\n")
-    return 0 if worst <= RATIO_LIMIT else 1
+    return exit_codes.OK if worst <= RATIO_LIMIT else exit_codes.FINDINGS
 
 
 if __name__ == "__main__":

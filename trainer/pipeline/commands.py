@@ -12,10 +12,11 @@ gates (`gates check` of the gates this run can discharge, evidence in RUN/eviden
 report. It ends with a summary, also written to RUN/summary.json.
 
 The config's data paths and output_dir are replaced by the run directory's (RUN/run.yaml
-is the config actually trained). Exit status: 0 done; 1 bad input or a stage that failed
-(its message names the stage and the command); 3 the training run aborted (non-finite
-loss, divergence, exhausted data); 4 a stop alert of the config ended it (its checkpoint is
-kept) - run it again after fixing the cause: the stages before training are reused.
+is the config actually trained). Exit status (trainer/exit_codes.py): 0 done; 1 bad input
+or a stage that failed (its message names the stage and the cause); 4 a stop alert of the
+config ended the training run (its checkpoint is kept); 5 the training run aborted
+(non-finite loss, divergence, exhausted data) - run it again after fixing the cause: the
+stages before training are reused.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
+from trainer import exit_codes
 
 DEFAULT_CONFIG = Path("configs/quickstart-cpu.yaml")
 DEFAULT_OUT = Path("runs/demo")
@@ -49,10 +52,10 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 
     if not args.config.is_file():
         print(f"trainer pipeline: error: {args.config}: no such config file", file=sys.stderr)
-        return 1
+        return exit_codes.FINDINGS
     if args.out.exists() and not args.out.is_dir():
         print(f"trainer pipeline: error: --out {args.out} is not a directory", file=sys.stderr)
-        return 1
+        return exit_codes.FINDINGS
     options = PipelineOptions(
         config=args.config,
         out=args.out,
@@ -68,7 +71,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         print(f"trainer pipeline: error: {exc}", file=sys.stderr)
         return exc.status
     print(render_summary(summary))
-    return 0
+    return exit_codes.OK
 
 
 def add_pipeline_parser(sub: argparse._SubParsersAction) -> None:

@@ -5,12 +5,17 @@ baseline -> plots -> gates -> summary.
                                         out=Path("runs/demo")))
     summary = pipeline.run()
 
-Every stage is the project's own command (trainer tokenizer train, trainer data encode,
-trainer apply, trainer export, trainer plot, gates check, gates report) run in this
-process, so what the pipeline does is exactly what a user can do by hand. Stages are
-keyed by content (trainer/pipeline/state.py): a stage whose inputs hash as before and
-whose outputs still hold the bytes it left is reused; a training stage that was
-interrupted is resumed from its newest valid checkpoint (``trainer apply --resume``).
+Every stage calls, in this process, the library functions behind the project's own
+commands - trainer tokenizer train (train_tokenizer), trainer data encode (corpus_files,
+encode_corpus), trainer apply (apply_config), trainer export (export_checkpoint), trainer
+plot (write_plots), gates check (gates.promotion.check) and gates report
+(gates.report_inputs.gather, gates.report.render) - so what the pipeline does is exactly
+what a user can do by hand. A stage that fails ends the pipeline with PipelineError: the
+cause, and the status `trainer pipeline` exits with (trainer/exit_codes.py: a training
+run that aborted or that a stop alert ended passes its own on). Stages are keyed by
+content (trainer/pipeline/state.py): a stage whose inputs hash as before and whose
+outputs still hold the bytes it left is reused; a training stage that was interrupted is
+resumed from its newest valid checkpoint (``trainer apply --resume``).
 
 The run directory is what C-TRAINING-LOOP's checkpoint gates call a loop run directory
 (run.yaml, tokenizer/, data/, train/), so `gates check GATE-TRAIN-LOOP-015 --artifact
@@ -26,14 +31,17 @@ import shutil
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gates.contract import Contract
+from gates.files import atomic_write_bytes, atomic_write_text, sha256_file
+from trainer import exit_codes
 from trainer.pipeline.state import (
     PipelineError,
     PipelineState,
-    file_sha256,
     files_fingerprint,
     stage_key,
 )
@@ -48,6 +56,8 @@ DEMO_GATES = (
     ("GATE-PV-001", False),
 )
 STAGES = ("tokenizer", "data", "train", "export", "baseline", "plots", "gates", "report")
+#: BPE's minimum pair count, `trainer tokenizer train`'s default (part of the stage's key).
+TOKENIZER_MIN_FREQUENCY = 2
 
 
 @dataclass(frozen=True)
@@ -99,22 +109,6 @@ class Pipeline:
         verb = "reused" if info["reused"] else f"done in {_duration(seconds)}"
         self.say(f"      {name}: {verb}{' - ' + info['note'] if info['note'] else ''}")
 
-    def _cli(self, stage: str, argv: list[str], *, ok: tuple[int, ...] = (0,)) -> int:
-        from trainer.cli import main  # noqa: PLC0415 - the CLI imports every component
-
-        status = main(argv)
-        if status not in ok:
-            raise PipelineError(
-                f"stage {stage}: `trainer {' '.join(argv)}` exited {status}; its message is "
-                "above. Fix the cause and run the pipeline again: finished stages are reused",
-                status=status if status in (3, 4) else 1,  # aborted / stopped by an alert
-            )
-        return status
-
-    def _input_args(self) -> list[str]:
-        """--input PATH... for the tokenizer and data commands (none: the embedded corpus)."""
-        return ["--input", *map(str, self.options.inputs)] if self.options.inputs else []
-
     # ------------------------------------------------------------ the stages
     def run(self) -> dict:
         from trainer.pipeline.summary import build_summary  # noqa: PLC0415
@@ -136,21 +130,28 @@ class Pipeline:
         self._report(state)
         summary = build_summary(self.out, state, corpus, run_cfg, self.outcomes)
         summary["seconds"] = round(time.perf_counter() - started, 1)
-        from trainer.train.metrics_file import atomic_write_json  # noqa: PLC0415
+        from trainer.runfiles.metrics_file import atomic_write_json  # noqa: PLC0415
 
         atomic_write_json(self._path("summary.json"), summary)
         return summary
 
     def _corpus_fingerprint(self) -> dict:
-        from trainer.data.commands import corpus_files  # noqa: PLC0415
+        from trainer.data.encode import corpus_files  # noqa: PLC0415
 
         files, skipped = corpus_files(list(self.options.inputs), False)
         sha, count, size = files_fingerprint(files)
         return {"sha256": sha, "files": count, "bytes": size, "skipped": skipped}
 
     def _tokenizer(self, state: PipelineState, cfg, corpus: dict) -> str:
+        from trainer.tokenizer.bpe import BpeConfigError  # noqa: PLC0415
+        from trainer.tokenizer.counting import CorpusReadError  # noqa: PLC0415
+        from trainer.tokenizer.training import train_tokenizer  # noqa: PLC0415
+
         vocab = cfg.model.vocab_size
-        key = stage_key({"corpus": corpus["sha256"], "vocab_size": vocab, "min_frequency": 2})
+        min_frequency = TOKENIZER_MIN_FREQUENCY
+        key = stage_key(
+            {"corpus": corpus["sha256"], "vocab_size": vocab, "min_frequency": min_frequency}
+        )
         with self._stage(1, "tokenizer") as info:
             if state.done("tokenizer", key, self.out):
                 info.update(reused=True, note=f"vocab {vocab}, same corpus")
@@ -158,9 +159,16 @@ class Pipeline:
             started = time.perf_counter()
             target = self._path("tokenizer")
             _remove(target)
-            argv = ["tokenizer", "train", "--vocab-size", str(vocab), "--out", str(target)]
-            self._cli("tokenizer", argv + self._input_args())
-            sha = file_sha256(target / "tokenizer.json")
+            try:
+                train_tokenizer(
+                    list(self.options.inputs),
+                    target,
+                    vocab_size=vocab,
+                    min_frequency=min_frequency,
+                )
+            except (CorpusReadError, BpeConfigError) as exc:
+                raise _failed("tokenizer", exc) from exc
+            sha = sha256_file(target / "tokenizer.json")
             state.record(
                 "tokenizer",
                 key,
@@ -172,6 +180,8 @@ class Pipeline:
             return sha
 
     def _data(self, state: PipelineState, corpus: dict, tokenizer_sha: str) -> str:
+        from trainer.data.encode import ENCODE_ERRORS, corpus_files, encode_corpus  # noqa: PLC0415
+
         key = stage_key(
             {
                 "corpus": corpus["sha256"],
@@ -185,11 +195,20 @@ class Pipeline:
                 info.update(reused=True, note="shards verified by sha256")
                 return state.output("data", "sha256")
             started = time.perf_counter()
-            argv = ["data", "encode", "--tokenizer", str(self._path("tokenizer"))]
-            argv += ["--out", str(target), "--force"]
-            argv += ["--val-fraction", repr(self.options.val_fraction)]
-            self._cli("data", argv + self._input_args())
-            sha = file_sha256(target / "manifest.json")
+            try:
+                files, skipped = corpus_files(list(self.options.inputs), False)
+                encode_corpus(
+                    files,
+                    self._path("tokenizer"),
+                    target,
+                    val_fraction=self.options.val_fraction,
+                    force=True,
+                    skipped_files=skipped,
+                    progress=_stderr,
+                )
+            except ENCODE_ERRORS as exc:
+                raise _failed("data", exc) from exc
+            sha = sha256_file(target / "manifest.json")
             state.record(
                 "data",
                 key,
@@ -227,15 +246,21 @@ class Pipeline:
         target = self._path("run.yaml")
         text = buffer.getvalue()
         if not target.exists() or target.read_text(encoding="utf-8") != text:
-            from trainer.train.metrics_file import atomic_write_bytes  # noqa: PLC0415
-
-            atomic_write_bytes(target, text.encode("utf-8"))
-        return file_sha256(target)
+            atomic_write_text(target, text)
+        return sha256_file(target)
 
     def _train(self, state, run_cfg, run_yaml_sha: str, data_sha: str) -> tuple[Path, str]:
         from trainer.checkpoint.layout import CHECKPOINTS_DIR  # noqa: PLC0415
         from trainer.checkpoint.load import latest_valid  # noqa: PLC0415
         from trainer.checkpoint.manifest import MANIFEST_FILE  # noqa: PLC0415
+        from trainer.train.apply import (  # noqa: PLC0415
+            ApplyError,
+            ApplyOptions,
+            RunAbortedError,
+            alert_line,
+            apply_config,
+            summary_line,
+        )
 
         steps = self.options.max_steps or run_cfg.training.max_steps
         key = stage_key(
@@ -253,27 +278,38 @@ class Pipeline:
                 info.update(reused=True, note=f"{self._rel(checkpoint)} verified")
                 return checkpoint, state.output("train", "manifest_sha256")
             started = time.perf_counter()
-            argv = ["apply", str(self._path("run.yaml")), "--out", str(train_dir)]
-            argv += ["--device", self.options.device]
-            if self.options.max_steps is not None:
-                argv += ["--max-steps", str(self.options.max_steps)]
-            newest = None
+            newest, resume = None, None
             if train_dir.is_dir():
                 newest, _ = latest_valid(train_dir / CHECKPOINTS_DIR)
             if state.started("train", key) and newest is not None:
                 self.say(f"      resuming the interrupted run from {self._rel(newest)}")
-                argv += ["--resume", "latest"]
+                resume = "latest"
             else:
                 _remove(train_dir)
             state.mark_started("train", key)
-            self._cli("train", argv)
+            options = ApplyOptions(
+                max_steps=self.options.max_steps,
+                out=train_dir,
+                device=self.options.device,
+                resume=resume,
+            )
+            try:
+                result, out_dir = apply_config(self._path("run.yaml"), options)
+            except ApplyError as exc:
+                raise _failed("train", exc) from exc
+            except RunAbortedError as exc:
+                raise _failed("train", f"run aborted: {exc}", exit_codes.ABORTED) from exc
+            print(summary_line(result, self._path("run.yaml"), out_dir))
+            if result.stop_reason == "alert":  # it did not finish: no stage after it runs
+                stopped = alert_line(result) or "stopped by an alert"
+                raise _failed("train", stopped, exit_codes.ALERT_STOPPED)
             newest, skipped = latest_valid(train_dir / CHECKPOINTS_DIR)
             if newest is None:
                 raise PipelineError(
                     f"stage train: {train_dir / CHECKPOINTS_DIR} holds no valid checkpoint after "
                     f"the run ({'; '.join(why for _, why in skipped) or 'none written'})"
                 )
-            manifest_sha = file_sha256(newest / MANIFEST_FILE)
+            manifest_sha = sha256_file(newest / MANIFEST_FILE)
             state.record(
                 "train",
                 key,
@@ -284,6 +320,8 @@ class Pipeline:
             return newest, manifest_sha
 
     def _export(self, state: PipelineState, checkpoint: Path, ckpt_sha: str) -> None:
+        from trainer.checkpoint.export import EXPORT_ERRORS, export_checkpoint  # noqa: PLC0415
+
         key = stage_key({"checkpoint": ckpt_sha, "tokenizer": state.output("tokenizer", "sha256")})
         with self._stage(4, "export") as info:
             if state.done("export", key, self.out):
@@ -292,10 +330,12 @@ class Pipeline:
             started = time.perf_counter()
             target = self._path("export")
             _remove(target)
-            argv = ["export", str(checkpoint), "--out", str(target)]
-            self._cli("export", [*argv, "--tokenizer", str(self._path("tokenizer"))])
+            try:
+                export_checkpoint(checkpoint, target, tokenizer_dir=self._path("tokenizer"))
+            except EXPORT_ERRORS as exc:
+                raise _failed("export", exc) from exc
             model = target / "model.safetensors"
-            sha = file_sha256(model)
+            sha = sha256_file(model)
             state.record(
                 "export",
                 key,
@@ -324,7 +364,7 @@ class Pipeline:
             started = time.perf_counter()
             result = measure_baseline(run_cfg, checkpoint, steps=steps)
             result["model"]["checkpoint"] = self._rel(checkpoint)
-            from trainer.train.metrics_file import atomic_write_json  # noqa: PLC0415
+            from trainer.runfiles.metrics_file import atomic_write_json  # noqa: PLC0415
 
             atomic_write_json(target, result)
             info["note"] = (
@@ -335,13 +375,15 @@ class Pipeline:
             state.record(
                 "baseline",
                 key,
-                outputs={"baseline.json": file_sha256(target)},
+                outputs={"baseline.json": sha256_file(target)},
                 seconds=time.perf_counter() - started,
             )
 
     def _plots(self, state: PipelineState) -> None:
+        from trainer.plot.write import PlotError, write_plots  # noqa: PLC0415
+
         metrics = self._path("train", "metrics.jsonl")
-        key = stage_key({"metrics": file_sha256(metrics)})
+        key = stage_key({"metrics": sha256_file(metrics)})
         with self._stage(6, "plots") as info:
             if state.done("plots", key, self.out):
                 info.update(reused=True)
@@ -349,12 +391,15 @@ class Pipeline:
             started = time.perf_counter()
             target = self._path("plots")
             _remove(target)
-            self._cli("plots", ["plot", str(self._path("train")), "--out", str(target)])
+            try:
+                write_plots([self._path("train")], target)
+            except PlotError as exc:
+                raise _failed("plots", exc) from exc
             made = sorted(p.name for p in target.iterdir())
             state.record(
                 "plots",
                 key,
-                outputs={f"plots/{n}": file_sha256(target / n) for n in made},
+                outputs={f"plots/{n}": sha256_file(target / n) for n in made},
                 seconds=time.perf_counter() - started,
                 results={"files": [f"plots/{n}" for n in made]},
             )
@@ -371,7 +416,7 @@ class Pipeline:
             key = stage_key(
                 {
                     "checkpoint": ckpt_sha,
-                    "contracts": {p.name: file_sha256(p) for p in contracts},
+                    "contracts": {p.name: sha256_file(p) for p in contracts},
                     "code": _git_tree(),
                 }
             )
@@ -379,29 +424,21 @@ class Pipeline:
                 info.update(reused=True)
                 return
             started = time.perf_counter()
+            valid = _valid_contracts(contracts, "gates")
             target = self._path("evidence")
             target.mkdir(exist_ok=True)
             checks, outputs = {}, {}
             for gate, on_run in DEMO_GATES:
                 out = target / f"{gate}.json"
-                argv = [sys.executable, "-m", "gates.cli.gates", "check", gate, "--out", str(out)]
-                if on_run:
-                    argv += ["--artifact", str(self.out)]
-                argv += ["--files", *map(str, contracts)]
                 self.say(f"      gates check {gate}{' on this run' if on_run else ''}")
-                done = subprocess.run(argv, capture_output=True, text=True, check=False)
-                if not out.is_file():
-                    raise PipelineError(
-                        f"stage gates: `gates check {gate}` exited {done.returncode} and wrote "
-                        f"no evidence:\n{done.stdout}{done.stderr}"
-                    )
-                evidence = json.loads(out.read_text(encoding="utf-8"))
+                artifacts = [self.out] if on_run else []
+                evidence = _check_gate(valid, gate, artifacts, out, contracts)
                 checks[gate] = {
                     "verdict": evidence["verdict"],
                     "on_this_run": on_run,
                     "evidence": self._rel(out),
                 }
-                outputs[self._rel(out)] = file_sha256(out)
+                outputs[self._rel(out)] = sha256_file(out)
             state.record(
                 "gates",
                 key,
@@ -419,22 +456,32 @@ class Pipeline:
             if not contracts:
                 info["note"] = f"skipped (no {self.options.contracts}/)"
                 return
+            from gates.report import render  # noqa: PLC0415
+            from gates.report_inputs import ReportError, gather  # noqa: PLC0415
+
             target = self._path("report.html")
             plots = [self.out / p for p in state.output("plots", "files") if p.endswith(".svg")]
-            argv = [sys.executable, "-m", "gates.cli.gates", "report", "--out", str(target)]
-            argv += ["--plot", *map(str, plots), "--files", *map(str, contracts)]
-            done = subprocess.run(argv, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                raise PipelineError(
-                    f"stage report: `gates report` exited {done.returncode}:\n"
-                    f"{done.stdout}{done.stderr}"
-                )
+            valid = _valid_contracts(contracts, "report")
+            try:
+                inputs = gather(valid, target, plots=plots)
+            except ReportError as exc:
+                raise _failed("report", f"`gates report`: {exc}; nothing written") from exc
+            atomic_write_bytes(target, render(inputs).encode("utf-8"))
             info["note"] = str(target)
 
 
 # ------------------------------------------------------------------ helpers
+def _failed(stage: str, why: object, status: int = exit_codes.FINDINGS) -> PipelineError:
+    """The error that ends the pipeline at ``stage``, and what to do about it."""
+    return PipelineError(
+        f"stage {stage}: {why}. Fix the cause and run the pipeline again: finished stages "
+        "are reused",
+        status=status,
+    )
+
+
 def _load_config(path: Path):
-    from trainer.config.commands import validate  # noqa: PLC0415
+    from trainer.config.validate import validate  # noqa: PLC0415
 
     findings, cfg, _ = validate(path)
     errors = [f for f in findings if f.severity == "error"]
@@ -443,6 +490,61 @@ def _load_config(path: Path):
             print(finding.render(), file=sys.stderr)
         raise PipelineError(f"{path}: invalid config ({len(errors)} error(s)); nothing run")
     return cfg
+
+
+def _valid_contracts(paths: list[Path], stage: str) -> list[Contract]:
+    """The contracts at ``paths``, validated together as `gates check --files` and `gates
+    report --files` validate them; an unreadable or invalid one fails the stage."""
+    from gates.render import render  # noqa: PLC0415
+    from gates.validate import validate  # noqa: PLC0415
+
+    result = validate(paths)
+    if result.unreadable:
+        raise _failed(stage, "; ".join(result.unreadable))
+    if result.report.errors:
+        print(render(result.report, "text"), file=sys.stderr)
+        raise _failed(stage, "the contracts do not validate; the errors are above")
+    return result.contracts
+
+
+def _check_gate(
+    contracts: list[Contract], gate_id: str, artifacts: list[Path], out: Path, files: list[Path]
+) -> dict:
+    """`gates check GATE [--artifact PATH] --out OUT --files FILE...`: the gate's bound tests
+    and measurement (gates.promotion.check), its evidence written to ``out`` whatever the
+    verdict. What the check prints is held back, as from the command in a subprocess, and
+    shown only when the check cannot be made; that fails the stage."""
+    from gates import promotion  # noqa: PLC0415
+    from gates.validate import find_root  # noqa: PLC0415
+
+    found = [(c, g) for c in contracts for g in c.gates if g.id == gate_id]
+    if not found:
+        raise _failed("gates", f"no contract in {', '.join(map(str, files))} has {gate_id}")
+    contract, gate = found[0]
+    command = ["gates", "check", gate_id, "--out", str(out)]
+    command += [arg for path in artifacts for arg in ("--artifact", str(path))]
+    command += ["--files", *map(str, files)]
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            result = promotion.check(
+                find_root(contract.path),
+                contract,
+                gate,
+                artifacts,
+                command=command,
+                allow_dirty=True,
+            )
+    except Exception as exc:  # refused, or a measurement's own failure (gates: INTERNAL)
+        sys.stderr.write(printed.getvalue())
+        why = "".join(traceback.format_exception_only(exc)).strip()
+        raise _failed("gates", f"`{' '.join(command)}` wrote no evidence: {why}") from exc
+    atomic_write_bytes(out, (json.dumps(result.evidence, indent=2) + "\n").encode())
+    return result.evidence
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _steps_done(checkpoint: Path) -> int:

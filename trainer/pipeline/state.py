@@ -22,36 +22,30 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer.train.metrics_file import atomic_write_json
+from gates.files import sha256_file
+from trainer import exit_codes
+from trainer.runfiles.metrics_file import atomic_write_json
 
 STATE_FILE = "pipeline.json"
 FORMAT = "shipgate-pipeline"
 FORMAT_VERSION = 1
-_CHUNK = 1 << 20
 
 
 class PipelineError(RuntimeError):
     """A stage failed or the run directory cannot be used; the message names what.
-    ``status``: the exit status `trainer pipeline` passes on (3: the training aborted)."""
+    ``status``: the exit status `trainer pipeline` passes on (trainer/exit_codes.py: ABORTED
+    or ALERT_STOPPED from the training stage, else FINDINGS)."""
 
-    def __init__(self, message: str, *, status: int = 1) -> None:
+    def __init__(self, message: str, *, status: int = exit_codes.FINDINGS) -> None:
         super().__init__(message)
         self.status = status
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def files_fingerprint(paths: Iterable[Path]) -> tuple[str, int, int]:
     """(sha256 over each file's name and content sha256, files, bytes): a corpus by content."""
     digest, count, size = hashlib.sha256(), 0, 0
     for path in paths:
-        content = file_sha256(path)
+        content = sha256_file(path)
         digest.update(f"{Path(path).name}\0{content}\n".encode())
         count += 1
         size += Path(path).stat().st_size
@@ -100,7 +94,7 @@ class PipelineState:
             return False
         for relative, sha in record.get("outputs", {}).items():
             path = Path(run_dir) / relative
-            if not path.is_file() or file_sha256(path) != sha:
+            if not path.is_file() or sha256_file(path) != sha:
                 return False
         return True
 

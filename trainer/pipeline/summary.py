@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.pipeline.state import PipelineState
-from trainer.train.metrics_file import read_metrics
+from trainer.runfiles.metrics_file import read_metrics
 
 
 def _tree_bytes(path: Path) -> int:

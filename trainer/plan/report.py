@@ -16,6 +16,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Literal
 
+from trainer import exit_codes
+
 Level = Literal["error", "warning"]
 Verdict = Literal["ok", "warn", "FAIL", "skipped"]
 
@@ -126,7 +128,7 @@ class PlanReport:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.failed else 0
+        return exit_codes.FINDINGS if self.failed else exit_codes.OK
 
 
 def _location(config: str, finding: Finding) -> str:

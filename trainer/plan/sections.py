@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from gates.files import sha256_file
 from trainer.config.algebra import AlgebraReport, RuleResult, evaluate
 from trainer.config.load import ConfigError, RunConfig, load_config
 from trainer.config.sequences import sequences_in
-from trainer.data.manifest import Manifest, file_sha256, load_manifest
+from trainer.data.manifest import Manifest, load_manifest
 from trainer.data.shards import ShardError
 from trainer.model.params import param_count, tensor_count
 from trainer.model.vocab import VocabMismatchError, check_vocab_agreement, tokenizer_vocab_size
@@ -401,7 +402,7 @@ def tokenizer_section(cfg: RunConfig, manifest: Manifest | None) -> Section:
     if manifest is not None:
         tokenizer_json = path / "tokenizer.json" if path.is_dir() else path
         encoded_with = manifest.data["tokenizer"]["sha256"]
-        actual = file_sha256(tokenizer_json)
+        actual = sha256_file(tokenizer_json)
         section.values["matches_shards"] = actual == encoded_with
         if actual != encoded_with:
             section.error(

@@ -2,5 +2,6 @@
 
 - runs.py: a run directory read back into the series a plot draws (RunDirError otherwise).
 - figure.py: the figure (matplotlib, Agg canvas, never pyplot) and its deterministic bytes.
+- write.py: the checks, then the files (loss.png, loss.svg): `trainer plot`, the pipeline.
 - commands.py: `trainer plot RUN_DIR... [--out DIR] [--format png,svg]`.
 """

@@ -24,13 +24,12 @@ import argparse
 import sys
 from pathlib import Path
 
-INPUT_ERROR_STATUS = 1
-PLOT_NAME = "loss"  # the file stem: loss.png, loss.svg
+from trainer import exit_codes
 
 
 def _fail(message: str) -> int:
     print(f"trainer plot: error: {message}; nothing written", file=sys.stderr)
-    return INPUT_ERROR_STATUS
+    return exit_codes.FINDINGS
 
 
 def formats(text: str) -> tuple[str, ...]:
@@ -47,41 +46,21 @@ def formats(text: str) -> tuple[str, ...]:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from trainer.plot import figure  # noqa: PLC0415 - matplotlib and torch only when plotting
-    from trainer.plot.runs import RunDirError, load_run, run_labels  # noqa: PLC0415
-    from trainer.train.metrics_file import atomic_write_bytes  # noqa: PLC0415
+    # matplotlib and torch only when plotting
+    from trainer.plot.write import PlotError, PlotWriteError, write_plots  # noqa: PLC0415
 
     if len(args.runs) > 1 and args.out is None:
         args.parser.error("several runs need --out DIR (no one run's directory is their home)")
-    try:
-        labels = run_labels(args.runs)
-    except ValueError:
-        return _fail("a run directory is named twice")
-    try:
-        runs = [load_run(path) for path in args.runs]
-    except RunDirError as exc:
-        return _fail(str(exc))
     out = args.out if args.out is not None else args.runs[0] / "plots"
-    if out.exists() and not out.is_dir():
-        return _fail(f"--out {out} is not a directory")
-    targets = {fmt: out / f"{PLOT_NAME}.{fmt}" for fmt in args.format}
-    for path in targets.values():
-        if (path.exists() or path.is_symlink()) and not figure.is_ours(path):
-            return _fail(f"{path} exists and was not written by trainer plot; not replacing it")
-
-    fig = figure.draw(runs, labels)
-    data = {fmt: figure.to_bytes(fig, fmt) for fmt in targets}  # drawn before anything is written
-    path = out
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        for fmt, path in targets.items():
-            atomic_write_bytes(path, data[fmt])  # the old file or the new one, never a part
-    except OSError as exc:  # disk full, permissions: say which file, no traceback
-        print(f"trainer plot: error: cannot write {path}: {exc}", file=sys.stderr)
-        return INPUT_ERROR_STATUS
-    drawn = [f"{label} ({len(run.steps)} steps)" for label, run in zip(labels, runs, strict=True)]
-    print(f"{', '.join(drawn)}: wrote {', '.join(str(p) for p in targets.values())}")
-    return 0
+        result = write_plots(args.runs, out, args.format)
+    except PlotWriteError as exc:
+        print(f"trainer plot: error: {exc}", file=sys.stderr)
+        return exit_codes.FINDINGS
+    except PlotError as exc:
+        return _fail(str(exc))
+    print(f"{', '.join(result.drawn)}: wrote {', '.join(str(p) for p in result.files)}")
+    return exit_codes.OK
 
 
 def add_plot_parser(sub: argparse._SubParsersAction) -> None:

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer.train.metrics_file import METRICS_FILE, MetricsFileError, read_metrics
+from trainer.runfiles.metrics_file import METRICS_FILE, MetricsFileError, read_metrics
 
 _NON_FINITE = ("nan", "inf", "-inf")
 

@@ -27,12 +27,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-INPUT_ERROR_STATUS = 1
+from trainer import exit_codes
 
 
 def _fail(command: str, message: str) -> int:
     print(f"trainer runs {command}: error: {message}", file=sys.stderr)
-    return INPUT_ERROR_STATUS
+    return exit_codes.FINDINGS
 
 
 def ls_entry(run: Any) -> tuple[dict[str, Any], str | None]:
@@ -97,7 +97,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print(f"no runs registered in {path}")
     for error in errors:
         print(f"trainer runs ls: error: {error}", file=sys.stderr)
-    return INPUT_ERROR_STATUS if errors else 0
+    return exit_codes.FINDINGS if errors else exit_codes.OK
 
 
 def _views(command: str, refs: list[str]) -> list[Any] | int:
@@ -120,7 +120,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if isinstance(views, int):
         return views
     print(json.dumps(views[0].to_json(), indent=2) if args.json else render.show(views[0]))
-    return 0
+    return exit_codes.OK
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -132,7 +132,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return views
     result = comparison(*views)
     print(json.dumps(result, indent=2) if args.json else render.compare(result))
-    return 0
+    return exit_codes.OK
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
@@ -155,7 +155,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
             "sync", f"the store is synced, but the run is not registered: {done.registry_error}"
         )
     print(f"registered in {done.registry}")
-    return 0
+    return exit_codes.OK
 
 
 def add_runs_parser(sub: argparse._SubParsersAction) -> None:

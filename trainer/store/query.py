@@ -17,10 +17,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer.runfiles.metrics_file import STATE_FILE
 from trainer.store import db, registry
 from trainer.store.rundir import RunDirError, check_run_dir
 from trainer.store.schema import RUNS_DB, STORE
-from trainer.train.metrics_file import STATE_FILE
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trainer.checkpoint.layout import CheckpointError
+from trainer.runfiles.metrics_file import MetricsFileError
 from trainer.store import db, registry, sync
 from trainer.store.identity import IdentityError
 from trainer.store.rundir import (
@@ -49,7 +50,6 @@ from trainer.store.rundir import (
     run_columns,
 )
 from trainer.store.schema import RUNS_DB, STORE
-from trainer.train.metrics_file import MetricsFileError
 
 #: What a store or registry failure can raise; anything else is a bug and propagates.
 FAILURES = (

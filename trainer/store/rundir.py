@@ -7,7 +7,7 @@ Sources (what `trainer apply --out DIR` writes):
 
 - ``run_manifest.json``: the run's id (identity.py), name, config, seed, git, host, world.
 - ``metrics.jsonl``: one row per step, read with the resume rule
-  (trainer.train.metrics_file.parse_lines: a torn last line is left out, a bad line
+  (trainer.runfiles.metrics_file.parse_lines: a torn last line is left out, a bad line
   before it is an error naming the file and line); steps must increase (apply never
   appends a second run, resume drops the steps it takes again).
 - ``training_state.json``: max_steps (the manifest's config when there is none yet) and,
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint.durable import sha256_file
+from gates.files import sha256_file
 from trainer.checkpoint.layout import (
     CHECKPOINTS_DIR,
     MANIFEST_FILE,
@@ -39,9 +39,7 @@ from trainer.checkpoint.layout import (
     step_of,
 )
 from trainer.checkpoint.manifest import read_manifest as read_checkpoint_manifest
-from trainer.store.identity import IdentityError, identity_of
-from trainer.store.schema import INTEGER_METRICS, METRIC_COLUMNS
-from trainer.train.metrics_file import (
+from trainer.runfiles.metrics_file import (
     END_STATUSES,
     METRICS_FILE,
     RUN_MANIFEST,
@@ -49,6 +47,8 @@ from trainer.train.metrics_file import (
     MetricsFileError,
     parse_lines,
 )
+from trainer.store.identity import IdentityError, identity_of
+from trainer.store.schema import INTEGER_METRICS, METRIC_COLUMNS
 
 EXPORT_DIR = "export"
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from trainer.runfiles.metrics_file import METRICS_FILE, STATE_FILE
 from trainer.store import db, registry
 from trainer.store.rundir import RunFiles, check_run_dir, read_run_dir
 from trainer.store.schema import METRIC_COLUMNS, RUNS_DB, STORE
-from trainer.train.metrics_file import METRICS_FILE, STATE_FILE
 
 RUN_COLUMNS = (
     "name",

@@ -4,85 +4,40 @@ and merges.txt.
     trainer tokenizer train --input src/ --vocab-size 32768 --min-frequency 2 --out tok/
 
 Without --input it trains on the embedded corpus: the interpreter's standard library.
+The work is trainer/tokenizer/training.py's train_tokenizer (`trainer pipeline` calls it too).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
-from trainer.data.corpus import embedded_corpus
-from trainer.tokenizer import bpe
-from trainer.tokenizer.counting import CorpusReadError, count_files
-from trainer.tokenizer.model import ByteLevelBPE
-
-
-def format_progress(merges: int, seconds: float, top_count: int, heap: int) -> str:
-    return f"[bpe] merges={merges} elapsed={seconds:.1f}s top_count={top_count} heap={heap}"
-
-
-def input_files(inputs: list[Path]) -> list[Path]:
-    """Files in a deterministic order: each input as given, directories walked sorted.
-    Without inputs: the embedded corpus (undecodable stdlib files skipped and counted)."""
-    if not inputs:
-        corpus = embedded_corpus()
-        print(
-            f"[bpe-setup] embedded corpus: standard library, {corpus.description}", file=sys.stderr
-        )
-        return list(corpus.files)
-    files: list[Path] = []
-    for item in inputs:
-        if item.is_dir():
-            files.extend(sorted(p for p in item.rglob("*") if p.is_file()))
-        elif item.is_file():
-            files.append(item)
-        else:
-            raise CorpusReadError(f"{item}: no such file or directory")
-    if not files:
-        raise CorpusReadError(f"no input files under {', '.join(map(str, inputs))}")
-    return files
+from trainer import exit_codes
+from trainer.tokenizer.bpe import BpeConfigError
+from trainer.tokenizer.counting import CorpusReadError
+from trainer.tokenizer.training import train_tokenizer
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    start = time.perf_counter()
     try:
-        files = input_files(args.input)
-        print(f"[bpe-setup] {len(files)} files", file=sys.stderr)
-        counts = count_files(files, args.workers)
-    except CorpusReadError as exc:
-        print(f"trainer tokenizer train: error: {exc}", file=sys.stderr)
-        return 1
-    print(
-        f"[bpe-setup] {len(counts)} distinct pre-tokens, "
-        f"{sum(counts.values())} in all, {time.perf_counter() - start:.1f} s",
-        file=sys.stderr,
-    )
-
-    def progress(merges: int, seconds: float, top: int, heap: int) -> None:
-        print(format_progress(merges, seconds, top, heap), file=sys.stderr, flush=True)
-
-    try:
-        model = bpe.train_fast(
-            counts,
+        written = train_tokenizer(
+            args.input,
+            args.out,
             vocab_size=args.vocab_size,
             min_frequency=args.min_frequency,
             special_tokens=tuple(args.special_token),
-            progress=progress,
+            workers=args.workers,
         )
-    except bpe.BpeConfigError as exc:
+    except CorpusReadError as exc:
+        print(f"trainer tokenizer train: error: {exc}", file=sys.stderr)
+        return exit_codes.FINDINGS
+    except BpeConfigError as exc:
         print(f"trainer tokenizer train: error: --vocab-size: {exc}", file=sys.stderr)
-        return 1
-    written = ByteLevelBPE.from_model(model).save(args.out)
-    print(
-        f"[bpe] DONE vocab={len(model.vocab)} merges={len(model.merges)} "
-        f"elapsed={time.perf_counter() - start:.1f}s",
-        file=sys.stderr,
-    )
+        return exit_codes.FINDINGS
     for path in written:
         print(path)
-    return 0
+    return exit_codes.OK
 
 
 def add_tokenizer_parser(sub: argparse._SubParsersAction) -> None:

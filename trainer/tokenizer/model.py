@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gates.files import atomic_write_text
 from trainer.tokenizer.bpe import BpeModel
 from trainer.tokenizer.pretokenize import CHAR_TO_BYTE, _pattern, to_mapped
 
@@ -178,7 +177,7 @@ class ByteLevelBPE:
         }
         written = []
         for name, text in files.items():
-            _atomic_write_text(out_dir / name, text)
+            atomic_write_text(out_dir / name, text)
             written.append(out_dir / name)
         return written
 
@@ -211,16 +210,3 @@ class ByteLevelBPE:
             return cls(tuple(vocab), merges, specials)
         except TokenizerFileError as exc:
             raise TokenizerFileError(f"{path}: {exc}") from None
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -17,7 +17,6 @@ or data set unless told to override.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import signal
 import sys
 import threading
@@ -28,6 +27,7 @@ from typing import Any
 
 import torch
 
+from gates.files import sha256_file
 from trainer.checkpoint import load
 from trainer.checkpoint.layout import LATEST_POINTER, CheckpointError
 from trainer.checkpoint.retention import prune
@@ -77,11 +77,7 @@ def run_identity(settings: Any) -> tuple[str, str | None]:
         cfg = {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}
         cfg = {k: str(v) if isinstance(v, Path) else v for k, v in cfg.items()}
     manifest = settings.data_manifest
-    data_sha = (
-        hashlib.sha256(Path(manifest).read_bytes()).hexdigest()
-        if manifest is not None and Path(manifest).is_file()
-        else None
-    )
+    data_sha = sha256_file(manifest) if manifest is not None and Path(manifest).is_file() else None
     return config_hash(cfg), data_sha
 
 

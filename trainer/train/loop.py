@@ -84,6 +84,7 @@ from trainer.checkpoint.layout import CHECKPOINTS_DIR, CheckpointError
 from trainer.checkpoint.save import Gathered
 from trainer.checkpoint.state import TrainingState
 from trainer.config.alerts import AlertRule
+from trainer.config.schedule import lr_at
 from trainer.data.loader import DataExhaustedError
 from trainer.model.config import LlamaConfig
 from trainer.model.llama import build_model
@@ -99,7 +100,6 @@ from trainer.train import (
     preflight,
 )
 from trainer.train.manifest import write_run_manifest
-from trainer.train.schedule import lr_at
 from trainer.train.sequences import SequenceSource, epoch_order
 from trainer.train.steps import StepPlan, iterate_steps
 

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from gates.files import sha256_file
 from trainer import __version__
-from trainer.data.manifest import file_sha256
+from trainer.runfiles.metrics_file import RUN_MANIFEST
 from trainer.store.identity import launch_identity
 from trainer.train.metrics import atomic_write_json
-from trainer.train.metrics_file import RUN_MANIFEST
 
 
 def _git(args: list[str], cwd: Path) -> str | None:
@@ -67,7 +67,7 @@ def run_manifest(
         "versions": versions(),
         "git": git_state(),
         "data_manifest": None if data_manifest is None else str(data_manifest),
-        "data_manifest_sha256": None if data_manifest is None else file_sha256(data_manifest),
+        "data_manifest_sha256": None if data_manifest is None else sha256_file(data_manifest),
         "host": {"name": socket.gethostname(), "platform": platform.platform()},
         "device": str(device),
         "world_size": 1 if world is None else world.world_size,

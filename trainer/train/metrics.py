@@ -8,8 +8,9 @@
 - ``metrics.jsonl``: one object per step - step, epoch, loss, lr, grad_norm, tokens,
   tokens_per_s, step_s, and mfu on CUDA only (a CPU has no meaningful peak to divide by).
 - ``training_state.json``: the latest record plus the run's progress, replaced atomically
-  (temp file, fsync, os.replace) so a reader never sees half a file; ``finish(status,
-  reason)`` adds how the run ended (status, reason, ended_at), once, at its end.
+  (gates/files.py: temp file, fsync, os.replace) so a reader never sees half a file;
+  ``finish(status, reason)`` adds how the run ended (status, reason, ended_at), once, at its
+  end.
 - A progress line on stderr, only when stderr is a terminal (logs stay clean).
 - On resume from the checkpoint of step k, ``rewind(out_dir, k, max_steps=...)`` first
   drops every metrics line past step k (those steps are taken again) and a torn last line
@@ -44,22 +45,22 @@ from pathlib import Path
 
 import torch
 
+from gates.files import atomic_write_bytes
 from trainer.model.config import LlamaConfig
-from trainer.store.recorder import RunRecorder
 
 # The file formats live in a torch-free module so `trainer monitor` starts fast; these
 # names stay importable from here, where the loop and the tests look for them.
-from trainer.train.metrics_file import (  # noqa: F401 - re-exported
+from trainer.runfiles.metrics_file import (  # noqa: F401 - re-exported
     END_STATUSES,
     METRICS_FILE,
     STATE_FILE,
     MetricsFileError,
-    atomic_write_bytes,
     atomic_write_json,
     parse_line,
     parse_lines,
     read_metrics,
 )
+from trainer.store.recorder import RunRecorder
 
 #: Dense bf16 peak FLOP/s by device-name fragment (vendor datasheets, no sparsity).
 PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12}

@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gates.files import sha256_file
 from trainer.checkpoint.layout import MANIFEST_FILE
-from trainer.data.manifest import Manifest, file_sha256
+from trainer.data.manifest import Manifest
 from trainer.model.vocab import VocabMismatchError, check_vocab_agreement, tokenizer_vocab_size
 from trainer.tokenizer.model import TokenizerFileError
 
@@ -151,7 +152,7 @@ def _check_tokenizer_encoded_the_shards(settings: LoopSettings, manifests: list[
     if settings.tokenizer_dir is None:
         return
     file = _tokenizer_file(Path(settings.tokenizer_dir))
-    actual = file_sha256(file)
+    actual = sha256_file(file)
     for manifest in manifests:
         encoded_with = manifest.data["tokenizer"]["sha256"]
         if actual != encoded_with:

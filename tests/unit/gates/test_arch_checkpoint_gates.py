@@ -1,4 +1,4 @@
-"""The checks behind GATE-ARCH-370M-002 and -005 (gates/measurements/arch_checkpoint_gates.py)
+"""The checks behind GATE-ARCH-370M-002 and -005 (tests/measurements/arch_checkpoint_gates.py)
 pass on a real loop checkpoint and fail on each corruption they exist to catch.
 
 A tiny model of the same family stands in for the 370M one (the gate itself runs on the
@@ -25,7 +25,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
-from gates.measurements import arch_checkpoint_gates as gate
+from tests.measurements import arch_checkpoint_gates as gate
 from trainer.cli import main as trainer_main
 from trainer.model.config import LlamaConfig, preset
 from trainer.model.llama import build_model

@@ -8,7 +8,6 @@ says nothing about the 370M one, only that the benchmark runs."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import statistics
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tools import bench_checkpoint as bench
-from trainer.checkpoint import durable, load
+from trainer.checkpoint import load
 from trainer.model.config import preset
 
 SECONDS = ("save_s", "raw_write_s", "load_s", "raw_read_s")
@@ -214,19 +213,3 @@ def test_bad_arguments_are_refused(tmp_path):
         bench.run_benchmark("tiny", repeats=0, directory=tmp_path)
     with pytest.raises(ValueError, match="unknown preset 'huge'"):
         bench.run_benchmark("huge", repeats=1, directory=tmp_path)
-
-
-# trainer/checkpoint/durable.sha256_file was made pipelined (a reader thread) for this
-# benchmark's load numbers; the checkpoint tests only hash files smaller than one chunk.
-@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 3 * 4096 + 123])
-def test_pipelined_sha256_equals_hashlib_across_chunk_boundaries(tmp_path, monkeypatch, size):
-    monkeypatch.setattr(durable, "_CHUNK", 4096)
-    data = bytes((i * 7 + i // 4096) % 256 for i in range(size))
-    path = tmp_path / "data.bin"
-    path.write_bytes(data)
-    assert durable.sha256_file(path) == hashlib.sha256(data).hexdigest()
-
-
-def test_pipelined_sha256_raises_what_the_read_raises(tmp_path):
-    with pytest.raises(IsADirectoryError):
-        durable.sha256_file(tmp_path)

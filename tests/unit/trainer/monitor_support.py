@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from trainer.train.metrics_file import METRICS_FILE, STATE_FILE, atomic_write_json
+from trainer.runfiles.metrics_file import METRICS_FILE, STATE_FILE, atomic_write_json
 
 NOW = 1_700_000_000.0  # the clock every synthetic run is read at
 STEP_TIMES = (0.4, 0.5, 0.6)  # median 0.5 s

@@ -9,8 +9,8 @@ import sqlite3
 from pathlib import Path
 
 from tests.unit.trainer.loop_support import TensorSequences, random_rows, settings
+from trainer.runfiles.metrics_file import METRICS_FILE, STATE_FILE, atomic_write_json
 from trainer.train import loop
-from trainer.train.metrics_file import METRICS_FILE, STATE_FILE, atomic_write_json
 
 RUN_ID = "0123456789abcdef0123456789abcdef"
 

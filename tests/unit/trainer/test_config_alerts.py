@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from trainer import cli
-from trainer.config import commands
 from trainer.config.alerts import METRICS, AlertRule, AlertSyntaxError, parse_when
 from trainer.config.load import ConfigError, load_config
+from trainer.config.validate import validate
 from trainer.train.checkpointing import run_identity
 from trainer.train.loop import settings_from_config
 
@@ -268,7 +268,7 @@ def test_a_rule_the_run_can_never_check_is_a_warning_at_its_entry(tmp_path):
         "    - when: loss > 3\n      action: stop\n      after_step: 101\n"
         "    - when: val_loss > 3\n      action: warn\n",  # eval_interval 1000 > 100
     )
-    findings, cfg, _ = commands.validate(path)
+    findings, cfg, _ = validate(path)
     assert cfg is not None, "warnings only"
     dead = [f for f in findings if f.code == "alert-never-checked"]
     assert [(f.field, f.line, f.column, f.severity) for f in dead] == [

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from trainer.config import commands
 from trainer.config.algebra import AlgebraInputs
 from trainer.config.load import ConfigError, ConfigFinding, load_config
 from trainer.config.sequences import sequences_in
+from trainer.config.validate import validate
 from trainer.model.config import preset
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "configs"
@@ -299,7 +299,7 @@ def test_no_edit_of_a_config_makes_validate_raise(scratch, edits):
     out = io.StringIO()
     YAML(typ="safe").dump(data, out)
     scratch.write_text(out.getvalue(), encoding="utf-8")
-    findings, cfg, _ = commands.validate(scratch)  # must not raise
+    findings, cfg, _ = validate(scratch)  # must not raise
     assert (cfg is None) == any(
         f.severity == "error" and not f.code.startswith("inv-") for f in findings
     )

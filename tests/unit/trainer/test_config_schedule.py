@@ -1,4 +1,4 @@
-"""The learning-rate schedule (trainer/train/schedule.py): linear warmup to the peak,
+"""The learning-rate schedule (trainer/config/schedule.py): linear warmup to the peak,
 cosine decay to 0.1 x peak (INV-CFG-006, FALSIFY-CFG-007 of training-config-kernel-v1)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainer.config.algebra import AlgebraInputs, default_min_lr, evaluate
-from trainer.train.schedule import lr_at
+from trainer.config.schedule import lr_at
 
 PEAK = 3e-4
 MIN_LR = default_min_lr(PEAK)

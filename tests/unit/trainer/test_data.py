@@ -18,13 +18,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainer import cli
-from trainer.data import commands, encode
-from trainer.data.corpus import EmbeddedCorpus
+from trainer.data import encode
 from trainer.data.encode import CorpusEncodeError, assign_val, encode_corpus
 from trainer.data.loader import DataExhaustedError, LoaderStateError, ShardBatchIter
 from trainer.data.manifest import load_manifest
 from trainer.data.shards import HEADER_SIZE, ShardError, read_shard, write_shard
 from trainer.tokenizer import bpe
+from trainer.tokenizer.corpus import EmbeddedCorpus
 from trainer.tokenizer.model import ByteLevelBPE, TokenizerFileError
 from trainer.tokenizer.pretokenize import count_words
 
@@ -562,7 +562,7 @@ def test_cli_without_input_encodes_the_embedded_corpus(
 ):
     files = write_corpus(tmp_path / "corpus", DOCS[:4])
     fake = EmbeddedCorpus(tuple(files), (tmp_path / "bad.py",))
-    monkeypatch.setattr(commands, "embedded_corpus", lambda site_packages: fake)
+    monkeypatch.setattr(encode, "embedded_corpus", lambda site_packages: fake)
     out = tmp_path / "data"
     assert cli.main(["data", "encode", "--tokenizer", str(tokenizer_dir), "--out", str(out)]) == 0
     assert "[data] embedded corpus: standard library, 4 files (1 undecodable skipped)" in (

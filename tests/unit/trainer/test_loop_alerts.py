@@ -24,8 +24,8 @@ from tests.unit.trainer.loop_support import (  # noqa: F401 - one_thread is a fi
 from trainer.checkpoint.layout import checkpoint_dirs, step_of
 from trainer.checkpoint.verify import inspect_checkpoint
 from trainer.config.alerts import METRICS, AlertRule, parse_rule
+from trainer.runfiles.metrics_file import END_STATUSES, STATE_FILE
 from trainer.train import alerts, guards, loop, metrics
-from trainer.train.metrics_file import END_STATUSES, STATE_FILE
 
 
 def rule(when: str, action: str = "stop", after_step: int = 0) -> AlertRule:

@@ -27,11 +27,11 @@ from tests.unit.trainer.loop_support import (
     write_run_config,
 )
 from trainer import cli
+from trainer.config.schedule import lr_at
 from trainer.data.loader import DataExhaustedError
 from trainer.model.llama import build_model
 from trainer.train import guards, loop
 from trainer.train.loop import train
-from trainer.train.schedule import lr_at
 
 
 # ---------------------------------------------------------------- FALSIFY-TRAIN-LOOP-001

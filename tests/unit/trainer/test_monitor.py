@@ -20,7 +20,7 @@ from trainer.monitor.snapshot import (
 )
 from trainer.monitor.sparkline import sparkline
 from trainer.monitor.view import render
-from trainer.train.metrics_file import (
+from trainer.runfiles.metrics_file import (
     METRICS_FILE,
     STATE_FILE,
     MetricsFileError,

@@ -16,7 +16,7 @@ from tests.unit.trainer.plot_support import (
 )
 from trainer.plot import figure
 from trainer.plot.runs import RunDirError, load_run, run_labels
-from trainer.train.metrics_file import MetricsFileError, read_metrics
+from trainer.runfiles.metrics_file import MetricsFileError, read_metrics
 
 
 def test_read_metrics_drops_a_torn_last_line_and_names_a_bad_middle_line(tmp_path):

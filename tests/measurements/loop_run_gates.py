@@ -504,7 +504,9 @@ def nonfinite_steps_applied(ctx: GateContext) -> Measurement:
         "+inf into one gradient at step 7 with a finite loss; weights and AdamW moments "
         "compared bitwise with those after step 6; then `trainer apply` on a real config "
         "with NaN logits at step 7 (exit status and message)",
-        inputs=_sources(ctx, "trainer/train/guards.py", "trainer/train/commands.py"),
+        inputs=_sources(
+            ctx, "trainer/train/guards.py", "trainer/train/apply.py", "trainer/train/commands.py"
+        ),
         notes="; ".join(notes),
     )
 
@@ -512,8 +514,8 @@ def nonfinite_steps_applied(ctx: GateContext) -> Measurement:
 # ---------------------------------------------------------------- GATE-TRAIN-LOOP-007
 @measures("GATE-TRAIN-LOOP-007")
 def lr_mismatched_steps(ctx: GateContext) -> Measurement:
+    from trainer.config.schedule import lr_at  # noqa: PLC0415
     from trainer.train.loop import train  # noqa: PLC0415
-    from trainer.train.schedule import lr_at  # noqa: PLC0415
 
     hooks = _Hooks()
     run = _settings(seq_len=4, max_steps=200, epochs=50, warmup_steps=20, lr=3e-4, min_lr=3e-5)
@@ -532,7 +534,7 @@ def lr_mismatched_steps(ctx: GateContext) -> Measurement:
         },
         workload="200 steps, peak 3e-4, warmup 20, min 3e-5; optimizer.param_groups[*]['lr'] "
         "read before every optimizer.step() and compared with C-TRAINCFG-001's lr(s)",
-        inputs=_sources(ctx, "trainer/train/schedule.py", "trainer/train/optim.py"),
+        inputs=_sources(ctx, "trainer/config/schedule.py", "trainer/train/optim.py"),
         notes=f"mismatched steps: {mismatched[:10]}" if mismatched else "",
     )
 
@@ -645,7 +647,7 @@ def differing_values(ctx: GateContext) -> Measurement:
         for hash_seed in ("0", "99"):
             out = Path(tmp) / f"run-{hash_seed}.json"
             code = (
-                "import sys; from gates.measurements.loop_run_gates import _determinism_child; "
+                "import sys; from tests.measurements.loop_run_gates import _determinism_child; "
                 "_determinism_child(sys.argv[1])"
             )
             subprocess.run(

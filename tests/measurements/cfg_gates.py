@@ -1,7 +1,7 @@
 """Measurements of C-TRAINCFG-001's gates (contracts/training-config-kernel-v1.yaml).
 
 Each re-runs its cases against the real preflight (trainer/config/algebra.py), schedule
-(trainer/train/schedule.py) and step driver (trainer/train/steps.py) and counts the
+(trainer/config/schedule.py) and step driver (trainer/train/steps.py) and counts the
 cases whose outcome differs from the contract's prediction. A case is a name and a
 function returning None when it holds, or what went wrong.
 """
@@ -82,7 +82,7 @@ def _expect(**facts) -> str | None:
 def _sources(ctx: GateContext) -> list[Path]:
     return [
         ctx.root / "trainer" / "config" / "algebra.py",
-        ctx.root / "trainer" / "train" / "schedule.py",
+        ctx.root / "trainer" / "config" / "schedule.py",
         ctx.root / "trainer" / "train" / "steps.py",
     ]
 
@@ -250,7 +250,7 @@ def seed_diagnosis_reproduced(ctx: GateContext) -> Measurement:
 # ---------------------------------------------------------------- GATE-CFG-003
 def _warmup_and_schedule_cases() -> list[Case]:
     from trainer.config.algebra import evaluate, evaluate_data_free  # noqa: PLC0415
-    from trainer.train.schedule import lr_at  # noqa: PLC0415
+    from trainer.config.schedule import lr_at  # noqa: PLC0415
 
     def warmup_rule(refused: bool, **changes):
         def check():

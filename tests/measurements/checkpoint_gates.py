@@ -337,7 +337,7 @@ def corrupt_checkpoints_loaded(ctx: GateContext) -> Measurement:
             code = (
                 "import sys; from pathlib import Path; from gates import mutants; "
                 "mutants.apply_from_env(Path.cwd()); "
-                "from gates.measurements.checkpoint_gates import _save_child; "
+                "from tests.measurements.checkpoint_gates import _save_child; "
                 "_save_child(sys.argv[1], sys.argv[2], int(sys.argv[3]))"
             )
             child = subprocess.run(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gates import fixture_cases
 from gates.measure import GateContext, Measurement, measures
+from tests import fixture_cases
 
 
 @measures("GATE-PV-001")

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gates.files import sha256_file
 from gates.measure import GateContext, Measurement, measures
 
 VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, INNER = 50257, 1024, 24, 16, 4, 64, 2816
@@ -208,14 +209,6 @@ def _sha256(path: Path, t: Tensor) -> str:
     return hashlib.sha256(memoryview(_raw(path, t))).hexdigest()
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 24), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 # ---------------------------------------------------------------- the trainer CLI
 def run_trainer(root: Path, *args: str) -> subprocess.CompletedProcess:
     """`trainer ARGS` in a fresh interpreter, as a user runs it (never raises on exit != 0)."""
@@ -338,7 +331,7 @@ def _check_manifest_sizes(c: _Checkpoint) -> str | None:
 
 
 def _check_manifest_sha256(c: _Checkpoint) -> str | None:
-    wrong = [n for n, e in c.manifest()["files"].items() if _file_sha256(c.path / n) != e["sha256"]]
+    wrong = [n for n, e in c.manifest()["files"].items() if sha256_file(c.path / n) != e["sha256"]]
     return f"sha256 differs from the manifest: {wrong}" if wrong else None
 
 

@@ -6,7 +6,8 @@ trainer/train/manifest.py, which imports torch).
   torn last line, which readers drop; a bad line before the last is an error naming the
   file and the line (``parse_line``).
 - ``training_state.json``: the latest record plus max_steps, replaced atomically
-  (``atomic_write_json``: temp file, fsync, os.replace) so a reader never sees half a file.
+  (``atomic_write_json``: gates/files.py's temp file, fsync, os.replace, directory fsync) so
+  a reader never sees half a file.
   At the end of every run the loop adds ``status`` (END_STATUSES), ``reason`` and
   ``ended_at`` (MetricsWriter.finish); a run killed without a word (SIGKILL, power loss)
   has none, and a resume drops them (metrics.rewind) while it runs again.
@@ -15,9 +16,9 @@ trainer/train/manifest.py, which imports torch).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
+
+from gates.files import atomic_write_text
 
 METRICS_FILE = "metrics.jsonl"
 STATE_FILE = "training_state.json"
@@ -31,26 +32,9 @@ class MetricsFileError(ValueError):
     """metrics.jsonl cannot be trusted (a bad line before the last); names file and line."""
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old file or the new one, never a part:
-    a temp file in the same directory, fsync, os.replace."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def atomic_write_json(path: Path, data: dict) -> None:
     """Write ``data`` as JSON to ``path`` atomically (readers never see half a file)."""
-    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_text(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
 
 
 def parse_line(line: bytes, number: int, path: Path, last: bool) -> dict | None:

@@ -4,13 +4,19 @@ The running interpreter's standard library (~30 MB of real code), optionally wit
 site-packages (~130 MB once torch is installed). Files come sorted by path so every run
 sees the same documents in the same order; files that are not UTF-8 are skipped and
 reported, never silently decoded with replacement characters.
+
+``input_files(inputs)`` is what `trainer tokenizer train --input PATH...` reads: the paths
+given, directories walked sorted, or this corpus when none is given.
 """
 
 from __future__ import annotations
 
+import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+
+from trainer.tokenizer.counting import CorpusReadError
 
 _PACKAGE_DIRS = {"site-packages", "dist-packages"}
 
@@ -50,3 +56,25 @@ def embedded_corpus(*, site_packages: bool = False) -> EmbeddedCorpus:
         except (UnicodeDecodeError, OSError):
             bad.append(f)
     return EmbeddedCorpus(tuple(good), tuple(bad))
+
+
+def input_files(inputs: list[Path]) -> list[Path]:
+    """Files in a deterministic order: each input as given, directories walked sorted.
+    Without inputs: the embedded corpus (undecodable stdlib files skipped and counted)."""
+    if not inputs:
+        corpus = embedded_corpus()
+        print(
+            f"[bpe-setup] embedded corpus: standard library, {corpus.description}", file=sys.stderr
+        )
+        return list(corpus.files)
+    files: list[Path] = []
+    for item in inputs:
+        if item.is_dir():
+            files.extend(sorted(p for p in item.rglob("*") if p.is_file()))
+        elif item.is_file():
+            files.append(item)
+        else:
+            raise CorpusReadError(f"{item}: no such file or directory")
+    if not files:
+        raise CorpusReadError(f"no input files under {', '.join(map(str, inputs))}")
+    return files

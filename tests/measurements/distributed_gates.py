@@ -22,13 +22,14 @@ import tempfile
 from pathlib import Path
 
 from gates.measure import GateContext, Measurement, measures
-from gates.measurements.loop_run_gates import VOCAB, _random_rows, _Rows, _settings
+
+from .loop_run_gates import VOCAB, _random_rows, _Rows, _settings
 
 PAD = 0
 STEPS = 6
 ROWS, SEQ_LEN, DATA_SEED = 64, 8, 5
 WEIGHT_SCALE = 0.1  # atol / rtol of the contract's weight tolerance (1e-6 / 1e-5)
-CHILD = "gates.measurements.distributed_gates"
+CHILD = "tests.measurements.distributed_gates"
 
 
 def _padded_rows():

@@ -1,0 +1,153 @@
+"""gates.project: a project's [tool.shipgate] table says where its mutants and measurements
+live; the framework discovers both the same way and holds none of its own."""
+
+from __future__ import annotations
+
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gates import measure, mutants, project
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def write_project(root: Path, table: str, modules: dict[str, str]) -> Path:
+    (root / "pyproject.toml").write_text(table)
+    for relative, text in modules.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+@pytest.fixture
+def isolated_imports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever a test imports or puts on sys.path is forgotten afterwards."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+
+
+def test_without_a_table_both_defaults_hold(tmp_path: Path):
+    config = project.load_config(tmp_path)
+    assert config.directories == {
+        "mutants": (tmp_path.resolve() / "tests" / "mutants",),
+        "measurements": (tmp_path.resolve() / "tests" / "measurements",),
+    }
+
+
+def test_this_repository_keeps_its_measurements_outside_the_framework():
+    config = project.load_config(ROOT)
+    assert config.directories["measurements"] == (ROOT / "tests" / "measurements",)
+    assert not (ROOT / "gates" / "measurements").exists()
+    # Every gate of this project's contracts is found in the project's directory.
+    found = project.discover(ROOT, "measurements")
+    assert "GATE-TRAIN-LOOP-017" in found
+    assert found["GATE-TRAIN-LOOP-017"].startswith("tests/measurements/loop_gates.py:")
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("[tool.shipgate]\nmutant = ['m']\n", "unknown key(s) mutant"),
+        ("[tool.shipgate]\nmutants = 'm'\n", "must be a list of directory names"),
+        ("[tool.shipgate]\nmeasurements = ['/abs/m']\n", "relative directory inside"),
+        ("[tool.shipgate]\nmeasurements = ['../m']\n", "relative directory inside"),
+        ("[tool.shipgate]\nmeasurements = ['my-checks']\n", "Python identifiers"),
+        ("[tool.shipgate\n", "not valid TOML"),
+    ],
+)
+def test_a_malformed_table_is_refused_naming_the_file(tmp_path: Path, table: str, message: str):
+    (tmp_path / "pyproject.toml").write_text(table)
+    with pytest.raises(project.ProjectConfigError, match=re.escape(message)) as raised:
+        project.load_config(tmp_path)
+    assert str(tmp_path / "pyproject.toml") in str(raised.value)
+
+
+def test_discovery_reads_the_configured_directories_without_importing(tmp_path: Path):
+    write_project(
+        tmp_path,
+        "[tool.shipgate]\nmutants = ['checks/bugs']\nmeasurements = ['checks/measure']\n",
+        {
+            "checks/bugs/a.py": """\
+                raise RuntimeError("never imported by discovery")
+                from gates.mutants import mutant
+
+                @mutant("off-by-one")
+                def _(patch): ...
+                """,
+            "checks/measure/b.py": """\
+                import gates.measure
+
+                @gates.measure.measures("GATE-X-001")
+                def m(ctx): ...
+                """,
+            "tests/mutants/ignored.py": """\
+                @mutant("not-configured")
+                def _(patch): ...
+                """,
+        },
+    )
+    assert project.discover(tmp_path, "mutants") == {"off-by-one": "checks/bugs/a.py:4"}
+    assert project.discover(tmp_path, "measurements") == {"GATE-X-001": "checks/measure/b.py:3"}
+    assert mutants.discover(tmp_path) == {"off-by-one": "checks/bugs/a.py:4"}
+
+
+def test_lookup_imports_the_projects_measurements_by_their_dotted_path(
+    tmp_path: Path, isolated_imports: None
+):
+    write_project(
+        tmp_path,
+        "[tool.shipgate]\nmeasurements = ['lookupcheck/measure']\n",
+        {
+            "subject.py": "VALUE = 7\n",
+            "lookupcheck/measure/common.py": "from subject import VALUE\n",
+            "lookupcheck/measure/gate.py": """\
+                from gates.measure import Measurement, measures
+
+                from .common import VALUE
+
+
+                @measures("GATE-LOOKUP-001")
+                def m(ctx):
+                    return Measurement(values={"v": (VALUE, "units")}, workload="w")
+                """,
+        },
+    )
+    measurer = measure.lookup("GATE-LOOKUP-001", tmp_path)
+    assert measurer is not None
+    assert measurer.fn(None).values == {"v": (7, "units")}
+    assert sys.modules["lookupcheck.measure.gate"].__file__ == str(
+        tmp_path.resolve() / "lookupcheck" / "measure" / "gate.py"
+    )
+    assert measure.lookup("GATE-NOBODY-MEASURES", tmp_path) is None
+
+
+def test_another_projects_package_of_the_same_name_is_refused_not_mixed_up(
+    tmp_path: Path, isolated_imports: None
+):
+    import tests  # this repository's own tests package  # noqa: PLC0415
+
+    assert Path(tests.__file__).parent == ROOT / "tests"
+    write_project(tmp_path, "", {"tests/mutants/m.py": "RAISED = False\n"})
+    with pytest.raises(project.ProjectConfigError, match="already imported from"):
+        mutants.load(tmp_path)
+    assert "tests.mutants.m" not in sys.modules
+
+
+def test_the_packages_a_project_names_are_recorded_beside_the_frameworks(tmp_path: Path):
+    from gates import evidence  # noqa: PLC0415
+
+    (tmp_path / "pyproject.toml").write_text("[tool.shipgate]\npackages = ['pytest', 'nope-x']\n")
+    config = project.load_config(tmp_path)
+    assert config.packages == ("pytest", "nope-x")
+    recorded = evidence.host_info(config.packages)["packages"]
+    assert recorded["pytest"] == pytest.__version__
+    assert "jsonschema" in recorded  # the framework's own stay
+    assert "nope-x" not in recorded  # not installed: left out, never invented

@@ -1,0 +1,37 @@
+"""Every exit status of the `trainer` command line, each number with one name.
+
+    from trainer import exit_codes
+    return exit_codes.ABORTED          # looked up at exit time (a mutant sets it to 0)
+
+The framework's codes are shared (gates/exit_codes.py, re-exported here); the trainer's
+own never reuse a framework number, so a status means the same thing whichever tool
+returned it (`trainer pipeline` passes `trainer apply`'s on):
+
+    0    OK             done; `trainer apply`: max_steps, early stopping, or SIGTERM/SIGINT
+                        after the step in progress and its checkpoint
+    1    FINDINGS       an input that fails its checks: config, data, tokenizer, run or
+                        checkpoint directory, a refused resume, a failed pipeline stage;
+                        nothing written
+    2    USAGE          bad command line (argparse)
+    3    INTERNAL       pv and gates: a bug in shipgate (the trainer never returns it: an
+                        unexpected exception ends it with Python's traceback, status 1)
+    4    ALERT_STOPPED  a stop rule of monitoring.alerts ended the run after a step
+                        (checkpointed when the run has a checkpoint directory)
+    5    ABORTED        the run aborted: non-finite loss or gradient norm, divergence,
+                        exhausted data; the step and the value on stderr
+    141  BROKEN_PIPE    standard output closed by its reader (`trainer runs ls | head`)
+
+Under torchrun the launcher's own status is 1 whenever a rank exits non-zero.
+"""
+
+from gates.exit_codes import (  # noqa: F401 - re-exported: the trainer's names for them
+    BROKEN_PIPE,
+    FINDINGS,
+    INTERNAL,
+    OK,
+    USAGE,
+    stop_on_broken_pipe,
+)
+
+ALERT_STOPPED = 4
+ABORTED = 5

@@ -1,0 +1,153 @@
+"""Train the run a config file describes, after every check `trainer apply` makes: the work
+of `trainer apply CONFIG` (trainer/train/commands.py) and of `trainer pipeline`'s training
+stage.
+
+    result, out_dir = apply_config(Path("configs/quickstart-cpu.yaml"), ApplyOptions(max_steps=50))
+
+Checks come first and write nothing: ``max_steps``, the config (schema, architecture,
+C-TRAINCFG-001 with the real sequence count), the data, and the output directory (a run
+already there is refused unless resumed); the vocabulary preflight is the loop's own
+(trainer/train/preflight.py), on a resume too. The config's findings, warnings included,
+go to stderr as they are found. A refusal raises ApplyError (nothing written); a run that
+aborts after a step raises RunAbortedError; a run that returns (finished, stopped early,
+by a signal or by a stop alert) gives its TrainResult, described by ``summary_line`` and
+``alert_line``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainer.checkpoint.layout import CHECKPOINTS_DIR, CheckpointError
+from trainer.config.algebra import evaluate
+from trainer.config.validate import rule_finding, validate
+from trainer.data.loader import DataExhaustedError
+from trainer.data.manifest import ShardError
+from trainer.model.params import param_count
+from trainer.runfiles.metrics_file import METRICS_FILE, RUN_MANIFEST, MetricsFileError
+from trainer.train import distributed, guards, loop, preflight
+from trainer.train.sequences import ShardSequences
+
+
+class ApplyError(Exception):
+    """The run is refused before its first step; the message says why. Nothing written."""
+
+
+class RunAbortedError(Exception):
+    """The run aborted after a step (non-finite loss or gradient norm, divergence, exhausted
+    data); the message names the step and the value. Its checkpoints so far are kept."""
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    """`trainer apply`'s options; each default leaves the config's own setting."""
+
+    max_steps: int | None = None  # stop after this many steps of the configured schedule
+    out: Path | None = None  # output directory (None: the config's training.output_dir)
+    device: str = "auto"  # auto | cpu | cuda
+    compile: bool = False  # torch.compile the model (also on when the config says so)
+    resume: str | None = None  # "latest" or a checkpoint directory
+    resume_other_run: bool = False  # resume despite another config hash or data manifest
+
+
+def apply_config(config: Path, options: ApplyOptions) -> tuple[loop.TrainResult, Path | None]:
+    """Check and train the run ``config`` describes; (its result, its output directory)."""
+    if options.max_steps is not None and options.max_steps < 1:
+        raise ApplyError(f"--max-steps must be >= 1, got {options.max_steps}")
+    findings, cfg, _ = validate(config)
+    errors = [f for f in findings if f.severity == "error"]
+    for finding in findings:
+        print(finding.render(), file=sys.stderr)
+    if errors or cfg is None:
+        raise ApplyError(f"{config}: invalid config ({len(errors)} error(s)); nothing written")
+
+    try:
+        train_data = ShardSequences(cfg.data.shards, "train", cfg.data.seq_len)
+        val_data = ShardSequences(cfg.data.shards, "val", cfg.data.seq_len)
+    except (ShardError, OSError, ValueError) as exc:
+        raise ApplyError(f"data {cfg.data.shards}: {exc}") from exc
+    report = evaluate(
+        cfg.algebra_inputs(
+            sequences=train_data.num_sequences,
+            params=param_count(cfg.model),
+            world_size=distributed.env_world_size(),
+        )
+    )
+    if report.violations:
+        for violation in report.violations:
+            print(rule_finding(cfg, violation, "error").render(), file=sys.stderr)
+        raise ApplyError(f"{config}: the step algebra refuses this run; nothing written")
+
+    settings = loop.settings_from_config(cfg)
+    if options.max_steps is not None and options.max_steps > settings.max_steps:
+        raise ApplyError(
+            f"--max-steps {options.max_steps} is past the config's training.max_steps "
+            f"{settings.max_steps}, the end of its LR schedule; nothing written"
+        )
+    overrides: dict = {"device": options.device, "compile": options.compile or settings.compile}
+    if options.out is not None:
+        overrides |= {"out_dir": options.out, "checkpoint_dir": options.out / CHECKPOINTS_DIR}
+    if options.resume is not None:
+        overrides |= {"resume_from": options.resume, "resume_override": options.resume_other_run}
+    if options.max_steps is not None and options.max_steps < settings.max_steps:
+        overrides |= {"max_steps": options.max_steps, "schedule_steps": settings.max_steps}
+    settings = dataclasses.replace(settings, **overrides)
+    previous = [
+        name
+        for name in (RUN_MANIFEST, METRICS_FILE)
+        if settings.out_dir is not None and (Path(settings.out_dir) / name).exists()
+    ]
+    if previous and options.resume is None:
+        # Appending a second run's steps to the first's metrics would make both unreadable.
+        raise ApplyError(
+            f"{settings.out_dir} already holds a run ({', '.join(previous)}); "
+            "choose another --out or remove it; nothing written"
+        )
+    if settings.resolved_config is not None:
+        settings.resolved_config["apply"] = {
+            "max_steps": options.max_steps,
+            "out": str(settings.out_dir),
+            "device": options.device,
+            "compile": settings.compile,
+            "resume": options.resume,
+        }
+
+    try:
+        # loop.train runs the vocabulary preflight (model, tokenizer, shards, resumed
+        # checkpoint) before it builds anything: one check for the CLI and the library.
+        result = loop.train(settings, train_data, val_data)
+    except preflight.PreflightError as exc:
+        raise ApplyError(f"{config}: {exc}") from exc
+    except (CheckpointError, MetricsFileError) as exc:  # refused before any step
+        raise ApplyError(f"cannot resume: {exc}") from exc
+    except (guards.NonFiniteError, guards.DivergenceError, DataExhaustedError) as exc:
+        raise RunAbortedError(str(exc)) from exc
+    return result, settings.out_dir
+
+
+def summary_line(result: loop.TrainResult, config: Path, out_dir: Path | None) -> str:
+    """One line on a run that returned: its steps, how it stopped, its loss, its files."""
+    first = result.resumed_from + 1  # a resumed run's first step is the one after it
+    losses = (
+        f"loss {result.losses[0]:.4f} at step {first} -> {result.losses[-1]:.4f}"
+        if result.losses
+        else "no step left to run"
+    )
+    resumed = f", resumed after step {result.resumed_from}" if result.resumed_from else ""
+    saved = f"; checkpoints at steps {result.checkpoints}" if result.checkpoints else ""
+    return (
+        f"{config}: {result.steps_run} steps ({result.stop_reason}{resumed}), {losses}; "
+        f"metrics in {out_dir}{saved}"
+    )
+
+
+def alert_line(result: loop.TrainResult) -> str | None:
+    """What stopped a run that a stop alert ended (None for any other run)."""
+    if result.alert is None:
+        return None
+    step = result.alert.step
+    kept = f"; checkpoint of step {step} saved" if step in result.checkpoints else ""
+    return f"stopped by an alert: {result.alert.message()}{kept}"

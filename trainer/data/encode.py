@@ -45,7 +45,7 @@ from trainer.data.manifest import (
     SPLITS,
 )
 from trainer.data.shards import ShardError, dtype_for_vocab, write_shard
-from trainer.tokenizer.corpus import embedded_corpus
+from trainer.tokenizer.corpus import embedded_corpus, walk
 from trainer.tokenizer.counting import CorpusReadError, read_text
 from trainer.tokenizer.model import ByteLevelBPE, TokenizerFileError
 
@@ -77,14 +77,7 @@ def corpus_files(inputs: list[Path], site_packages: bool) -> tuple[list[Path], i
             f"[data] embedded corpus: {source}, {corpus.description}", file=sys.stderr, flush=True
         )
         return list(corpus.files), len(corpus.skipped)
-    files: list[Path] = []
-    for item in inputs:
-        if item.is_dir():
-            files.extend(sorted(p for p in item.rglob("*") if p.is_file()))
-        elif item.is_file():
-            files.append(item)
-        else:
-            raise CorpusReadError(f"{item}: no such file or directory")
+    files = walk(inputs)
     if not files:
         raise CorpusEncodeError(f"empty corpus: no files under {', '.join(map(str, inputs))}")
     return files, 0

@@ -67,6 +67,14 @@ def input_files(inputs: list[Path]) -> list[Path]:
             f"[bpe-setup] embedded corpus: standard library, {corpus.description}", file=sys.stderr
         )
         return list(corpus.files)
+    files = walk(inputs)
+    if not files:
+        raise CorpusReadError(f"no input files under {', '.join(map(str, inputs))}")
+    return files
+
+
+def walk(inputs: list[Path]) -> list[Path]:
+    """Each input as given, directories walked in sorted order; a missing input is an error."""
     files: list[Path] = []
     for item in inputs:
         if item.is_dir():
@@ -75,6 +83,4 @@ def input_files(inputs: list[Path]) -> list[Path]:
             files.append(item)
         else:
             raise CorpusReadError(f"{item}: no such file or directory")
-    if not files:
-        raise CorpusReadError(f"no input files under {', '.join(map(str, inputs))}")
     return files

@@ -4,6 +4,7 @@ and nothing it already has is overwritten."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -45,9 +46,13 @@ def test_an_empty_directory_validates_and_checks_its_example_gate_at_once(tmp_pa
     validated = run(tmp_path, "pv", "validate", *contracts)
     assert validated.returncode == 0, validated.stdout + validated.stderr
 
-    checked = run(tmp_path, "gates", "check", "GATE-EXAMPLE-001")
+    checked = run(tmp_path, "gates", "check", "GATE-EXAMPLE-001", "--out", "checked.json")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "GATE-EXAMPLE-001: PASS" in checked.stdout
+    record = json.loads((tmp_path / "checked.json").read_text())
+    # run() starts gates by its absolute path; evidence names the program, never that path.
+    assert record["command"] == ["gates", "check", "GATE-EXAMPLE-001", "--out", "checked.json"]
+    assert record["workload"]["inputs"][0]["path"] == "shipgate_example.py"
 
     tests = run(tmp_path, "pytest", "-q", "-m", "ship_blocking", "-p", "no:cacheprovider")
     assert tests.returncode == 0, tests.stdout

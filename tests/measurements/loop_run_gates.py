@@ -134,8 +134,8 @@ class _Hooks:
 # ---------------------------------------------------------------- GATE-TRAIN-LOOP-001
 @measures("GATE-TRAIN-LOOP-001")
 def placeholder_losses(ctx: GateContext) -> Measurement:
-    from trainer.data.loader import DataExhaustedError  # noqa: PLC0415
     from trainer.train.loop import train  # noqa: PLC0415
+    from trainer.train.sequences import DataExhaustedError  # noqa: PLC0415
 
     data = _Rows(_random_rows(16, 8, seed=11))  # exactly 4 global batches of 2 x 2
     problems = []

@@ -18,7 +18,6 @@ import torch
 from gates.mutants import mutant
 from trainer import exit_codes
 from trainer.data import encode
-from trainer.data.loader import DataExhaustedError
 from trainer.train import guards, loop, optim, sequences
 
 
@@ -61,7 +60,7 @@ def _silent_stop(patch):
     def steps(settings, num_sequences):
         try:
             yield from planned(settings, num_sequences)
-        except DataExhaustedError:
+        except sequences.DataExhaustedError:
             return  # the run "finishes" with fewer steps than max_steps
 
     patch.setattr(loop, "_planned_steps", steps)
@@ -83,9 +82,14 @@ def _validation_trained_on(patch):
 
 @mutant("validation-from-train-stream-head")
 def _validation_from_train_head(patch):
-    batches = loop._validation_batches
+    # The fixed validation set is built from the head of the training source.
+    start = loop._start
     patch.setattr(
-        loop, "_validation_batches", lambda val, train, settings: batches(train, train, settings)
+        loop,
+        "_start",
+        lambda settings, train_data, val_data, *args, **kw: start(
+            settings, train_data, train_data, *args, **kw
+        ),
     )
 
 

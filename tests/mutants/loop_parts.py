@@ -71,7 +71,7 @@ def _nan_passes(patch):  # only `val > cap` is tested: inf still aborts, NaN > c
 # ------------------------------------------------------ FALSIFY-TRAIN-LOOP-008 (optim half)
 @mutant("grad-norm-hardcoded")
 def _grad_norm_hardcoded(patch):
-    patch.setattr(optim, "_reported_norm", lambda total_norm, params: 1.0)
+    patch.setattr(optim, "_reported_norm", lambda total_norm: 1.0)
 
 
 @mutant("grad-norm-lm-head-only")
@@ -82,9 +82,14 @@ def _grad_norm_lm_head_only(patch):
 
 @mutant("grad-norm-reported-after-clip")
 def _grad_norm_after_clip(patch):
-    patch.setattr(
-        optim, "_reported_norm", lambda total_norm, params: float(optim._global_norm(params).item())
-    )
+    clip = optim.clip_gradients
+
+    def clip_then_measure(parameters, max_norm):
+        params = [p for p in parameters if p.grad is not None]
+        clip(params, max_norm)
+        return float(optim._global_norm(params).item())  # the norm after scaling
+
+    patch.setattr(optim, "clip_gradients", clip_then_measure)
 
 
 @mutant("clipping-not-applied")

@@ -32,7 +32,6 @@ COMPARATORS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt,
     "<=": operator.le,
 }
-ACTIONS = ("stop", "warn")
 
 # METRIC, then a run of symbols (the comparator; not a sign or a decimal point), then the
 # rest: each part is checked on its own, so a bad comparator or number gets its message.

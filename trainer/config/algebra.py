@@ -48,7 +48,6 @@ TokenVerdict = Literal["refuse", "warn", "ok"]
 
 F_SHARDS = "data.shards"
 F_MICRO_BATCH = "data.micro_batch"
-F_SEQ_LEN = "data.seq_len"
 F_GRAD_ACCUM = "training.gradient_accumulation"
 F_EPOCHS = "training.epochs"
 F_MAX_STEPS = "training.max_steps"
@@ -183,7 +182,8 @@ class DataFreeReport:
 
 # ---------------------------------------------------------------- seams: one rule each
 def steps_per_epoch(sequences: int, micro_batch: int, grad_accum: int, world_size: int = 1) -> int:
-    """Whole global batches in one epoch: the loader drops the partial last one (floor)."""
+    """Whole global batches in one epoch: the step driver (trainer/train/steps.py) drops
+    the partial last one (floor)."""
     return sequences // (micro_batch * grad_accum * world_size)
 
 

@@ -1,10 +1,11 @@
-"""N, the training sequences of an encoded data directory, as the data loader counts them.
+"""N, the training sequences of an encoded data directory, as the training loop counts them.
 
-trainer/data/loader.py's ShardBatchIter reads windows of ``seq_len + 1`` tokens with
-stride ``seq_len`` from the train split's token stream (each window's last token is the
-next one's first), so a stream of T tokens holds ``N = (T - 1) // seq_len`` sequences,
-and the loader's ``batches_per_epoch`` is ``N // (world_size * batch_size)``
-(tests/unit/trainer/test_config_load.py checks the two agree). No torch import.
+The loop reads the train split through trainer/train/sequences.py's ShardSequences:
+sequence ``i`` is stream tokens ``[i*seq_len, i*seq_len + seq_len + 1)`` (each window's
+last token is the next one's first), so a stream of T tokens holds
+``N = (T - 1) // seq_len`` sequences, and trainer/train/steps.py makes an epoch
+``N // (micro_batch * grad_accum * world_size)`` steps (tests/unit/trainer/
+test_config_load.py checks N against ShardSequences.num_sequences). No torch import.
 
     n = sequences_in(Path("data/"), seq_len=1024)      # reads manifest.json only
 """

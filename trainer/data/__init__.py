@@ -1,2 +1,3 @@
-"""Token shards encoded from a corpus (encode.py), their manifest, and the batch iterator
-the training loop reads. commands.py is `trainer data encode | inspect`."""
+"""Token shards encoded from a corpus (encode.py) and their manifest (manifest.py,
+shards.py). commands.py is `trainer data encode | inspect`. The loop reads the shards as
+numbered sequences: trainer/train/sequences.py."""

@@ -120,7 +120,7 @@ class Pipeline:
         corpus = self._corpus_fingerprint()
         tokenizer_sha = self._tokenizer(state, cfg, corpus)
         data_sha = self._data(state, corpus, tokenizer_sha)
-        run_yaml_sha = self._write_run_yaml(cfg)
+        run_yaml_sha = self._write_run_yaml()
         run_cfg = _load_config(self._path("run.yaml"))
         checkpoint, ckpt_sha = self._train(state, run_cfg, run_yaml_sha, data_sha)
         self._export(state, checkpoint, ckpt_sha)
@@ -228,7 +228,7 @@ class Pipeline:
             return False
         return True
 
-    def _write_run_yaml(self, cfg) -> str:
+    def _write_run_yaml(self) -> str:
         """The user's config with this run directory's paths: what `trainer apply` runs."""
         from ruamel.yaml import YAML  # noqa: PLC0415
 

@@ -52,7 +52,6 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 #: the CUDA context and kernels' workspaces are not in the estimate.
 WARN_FRACTION = 0.9
 
-GIB = 1 << 30
 _UNITS = {
     "": 1,
     "b": 1,

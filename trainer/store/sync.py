@@ -28,22 +28,6 @@ from trainer.store import db, registry
 from trainer.store.rundir import RunFiles, check_run_dir, read_run_dir
 from trainer.store.schema import METRIC_COLUMNS, RUNS_DB, STORE
 
-RUN_COLUMNS = (
-    "name",
-    "run_dir",
-    "started",
-    "launched",
-    "git_commit",
-    "git_dirty",
-    "config_sha256",
-    "data_manifest_sha256",
-    "seed",
-    "world_size",
-    "device",
-    "host",
-    "trainer_version",
-    "max_steps",
-)
 METRICS_INSERT = (
     f"INSERT OR REPLACE INTO metrics (run_id, step, {', '.join(METRIC_COLUMNS)}, extra) "
     f"VALUES (?, ?, {', '.join('?' for _ in METRIC_COLUMNS)}, ?)"

@@ -77,10 +77,6 @@ def to_mapped(piece: str) -> str:
     return piece.encode("utf-8").decode("latin-1").translate(_TRANSLATE)
 
 
-def from_mapped(tokens: str) -> bytes:
-    return bytes(CHAR_TO_BYTE[c] for c in tokens)
-
-
 def _pattern(text: str) -> re.Pattern:
     """The GPT-2 pattern for ``text`` as one string (HF's encoder)."""
     return ASCII_PATTERN if text.isascii() else GPT2_PATTERN

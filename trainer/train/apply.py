@@ -24,12 +24,11 @@ from pathlib import Path
 from trainer.checkpoint.layout import CHECKPOINTS_DIR, CheckpointError
 from trainer.config.algebra import evaluate
 from trainer.config.validate import rule_finding, validate
-from trainer.data.loader import DataExhaustedError
 from trainer.data.manifest import ShardError
 from trainer.model.params import param_count
 from trainer.runfiles.metrics_file import METRICS_FILE, RUN_MANIFEST, MetricsFileError
 from trainer.train import distributed, guards, loop, preflight
-from trainer.train.sequences import ShardSequences
+from trainer.train.sequences import DataExhaustedError, ShardSequences
 
 
 class ApplyError(Exception):

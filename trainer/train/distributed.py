@@ -156,10 +156,6 @@ def wrap_data_parallel(model: nn.Module, world: World, device: torch.device) -> 
     return ddp
 
 
-def unwrap(model: nn.Module) -> nn.Module:
-    return model.module if isinstance(model, DistributedDataParallel) else model
-
-
 def defer_sync(model: nn.Module) -> contextlib.AbstractContextManager | None:
     """DDP's or FSDP's no_sync for the micro-batches before a step's last (None when
     neither wraps the model)."""

@@ -58,7 +58,7 @@ instead (FSDP2, gradients summed in the same way) before AdamW is built; checkpo
 gather its full state for rank 0 and are the files a single process writes.
 
 CPU runs in float32; CUDA runs the forward under bf16 autocast when the config asks.
-Named seams (_run_seed, _planned_steps, _train_step, _zero_grad, _validation_batches)
+Named seams (_run_seed, _planned_steps, _train_step, _zero_grad, _start)
 let tests/mutants/loop.py inject the contract's known bugs one at a time.
 """
 
@@ -85,7 +85,6 @@ from trainer.checkpoint.save import Gathered
 from trainer.checkpoint.state import TrainingState
 from trainer.config.alerts import AlertRule
 from trainer.config.schedule import lr_at
-from trainer.data.loader import DataExhaustedError
 from trainer.model.config import LlamaConfig
 from trainer.model.llama import build_model
 from trainer.train import (
@@ -100,7 +99,7 @@ from trainer.train import (
     preflight,
 )
 from trainer.train.manifest import write_run_manifest
-from trainer.train.sequences import SequenceSource, epoch_order
+from trainer.train.sequences import DataExhaustedError, SequenceSource, epoch_order
 from trainer.train.steps import StepPlan, iterate_steps
 
 
@@ -160,7 +159,7 @@ class TrainResult:
     stop_reason: str  # "max_steps" | "early_stopping" | "signal" | "alert"
     model: nn.Module
     optimizer: torch.optim.Optimizer
-    # Wraps taken, as ShardBatchIter counts them: the 0-based epoch of the last step.
+    # Wraps taken: the 0-based epoch (StepPlan.epoch) of the last step.
     epochs_completed: int = 0
     records: list[dict] = field(default_factory=list)  # the per-step metrics records
     checkpoints: list[int] = field(default_factory=list)  # steps saved by this process
@@ -302,7 +301,7 @@ class _EpochOrders:
 
 
 def _validation_batches(
-    val_data: SequenceSource | None, train_data: SequenceSource, settings: LoopSettings
+    val_data: SequenceSource | None, settings: LoopSettings
 ) -> list[tuple[Tensor, Tensor]]:
     """The fixed validation set: val sequences 0, 1, ... until eval_max_tokens target
     tokens are in, or the whole split. Never the training source."""
@@ -549,7 +548,7 @@ class _Run:
         last: StepPlan | None = None
         for plan in _planned_steps(s, self.train_data.num_sequences):
             if self.resumed is not None and plan.step == self.resumed.step:
-                _check_data_position(plan, self.resumed, s)
+                _check_data_position(plan, self.resumed)
             if plan.step < self.first_step:
                 continue  # done before the checkpoint this run resumed from
             record = self.step(plan)
@@ -632,7 +631,7 @@ class _Run:
         state = TrainingState(
             step=plan.step,
             epoch=plan.epoch,
-            epoch_step=_epoch_step(plan, s),
+            epoch_step=_epoch_step(plan),
             scheduler_step=self.scheduler_step,
             config_hash=config_hash,
             data_manifest_sha256=data_sha,
@@ -714,7 +713,7 @@ def _start(
         eps=settings.eps,
         weight_decay=settings.weight_decay,
     )
-    val_batches = _validation_batches(val_data, train_data, settings)
+    val_batches = _validation_batches(val_data, settings)
     val_tokens = sum(loss.count_targets(t) for _, t in val_batches)
     guards.check_validation_size(val_tokens, settings.early_stopping)
     checkpointer, identity, resumed = None, ("", None), None
@@ -774,14 +773,14 @@ def _start(
 
 
 # ---------------------------------------------------------------- resume
-def _epoch_step(plan: StepPlan, settings: LoopSettings) -> int:
+def _epoch_step(plan: StepPlan) -> int:
     """Steps of ``plan.epoch`` completed once ``plan`` is done: the data position."""
     return plan.first_sequence // (plan.micro_batch * plan.grad_accum * plan.world_size) + 1
 
 
-def _check_data_position(plan: StepPlan, state: TrainingState, settings: LoopSettings) -> None:
+def _check_data_position(plan: StepPlan, state: TrainingState) -> None:
     """The step driver and the checkpoint must agree on where the data stands."""
-    position = (plan.epoch, _epoch_step(plan, settings))
+    position = (plan.epoch, _epoch_step(plan))
     if position != (state.epoch, state.epoch_step):
         raise CheckpointError(
             f"step {state.step}: the checkpoint's data position (epoch {state.epoch}, step "

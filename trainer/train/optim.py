@@ -115,7 +115,7 @@ def _scale_gradients(params: list[Tensor], max_norm: float, total_norm: Tensor) 
     torch.nn.utils.clip_grads_with_norm_(params, max_norm, total_norm)
 
 
-def _reported_norm(total_norm: Tensor, params: list[Tensor]) -> float:
+def _reported_norm(total_norm: Tensor) -> float:
     """The norm the caller logs and checks: the one measured before clipping."""
     return float(total_norm.item())
 
@@ -135,7 +135,7 @@ def clip_gradients(parameters: Iterable[Tensor], max_norm: float | None) -> floa
     full_norm = _full(total_norm)
     if max_norm is not None and torch.isfinite(full_norm):
         _scale_gradients(params, max_norm, total_norm)
-    return _reported_norm(full_norm, params)
+    return _reported_norm(full_norm)
 
 
 def _full(norm: Tensor) -> Tensor:

@@ -9,7 +9,7 @@ a data source is anything with a length and a ``batch(indices)`` method:
 
 Rules:
 - Sequence ``i`` of a split is stream tokens ``[i*T, i*T + T + 1)``: consecutive windows
-  that share one token, so every token is an input once per epoch (as ShardBatchIter).
+  that share one token, so every token is an input once per epoch.
   The tail that cannot fill a window is dropped. Only the split's own shards are opened:
   a train source cannot read a validation document.
 - The order of epoch ``e`` is a permutation drawn from a torch.Generator seeded with
@@ -31,6 +31,12 @@ from torch import Tensor
 
 from trainer.data.manifest import Manifest, load_manifest, open_shard
 from trainer.train import loss
+
+
+class DataExhaustedError(RuntimeError):
+    """The run needs a step past the end of the training data (no wrap-around, or all its
+    epochs taken). Not a StopIteration on purpose: a ``for`` loop would end quietly and
+    training would stop short."""
 
 
 class SequenceSource(Protocol):

@@ -7,16 +7,19 @@ against (FALSIFY-CFG-005, INV-CFG-007), so a loop that follows it runs exactly t
 
 Rules, written out once:
 
-1. An epoch is the training sequences ``0 .. N-1`` in order, cut into global batches of
-   ``micro_batch * grad_accum * world_size`` consecutive sequences. One global batch is
-   one optimizer step.
+1. An epoch is the positions ``0 .. N-1`` of the training sequences, cut into global
+   batches of ``micro_batch * grad_accum * world_size`` consecutive positions. One global
+   batch is one optimizer step. (The loop reads position ``i`` of epoch ``e`` as sequence
+   ``epoch_order(N, seed=seed, epoch=e, shuffle=...)[i]`` of trainer/train/sequences.py:
+   ``i`` itself when shuffling is off.)
 2. The last partial global batch of every epoch is dropped (never carried into the next
    epoch), so every epoch has the same steps.
 3. The run stops the moment ``max_steps`` steps have been taken, mid-epoch if need be.
 
 Within a step, micro-step ``a`` (0 .. grad_accum - 1) is ``world_size * micro_batch``
-consecutive sequences, and rank ``r`` takes ``micro_batch`` of them, in the order
-trainer/data/loader.py's ShardBatchIter lays out one of its global batches.
+consecutive positions, and rank ``r`` takes positions ``r*micro_batch ..
+(r+1)*micro_batch - 1`` of them: the ranks' slices are disjoint and together are the
+single-process micro-batch.
 
     for step in iterate_steps(N, micro_batch=4, grad_accum=8, epochs=3, max_steps=1000):
         set_lr(optimizer, lr_at(step.step, peak=..., warmup=..., max_steps=1000, min_lr=...))
@@ -24,11 +27,10 @@ trainer/data/loader.py's ShardBatchIter lays out one of its global batches.
             loss = model(batch_of(seqs)) / step.grad_accum; loss.backward()
         optimizer.step(); optimizer.zero_grad()
 
-Feeding it from trainer/data/loader.py: ShardBatchIter's own epoch is
-``floor(N / (world_size * micro_batch))`` micro-batches and it wraps per micro-batch, so
-with ``grad_accum > 1`` it would hand out the micro-batches this driver drops at an
-epoch's end and drift from here on. Read sequences by index (``step.micro_batches``), or
-restart the iterator at position 0 whenever ``step.epoch`` changes.
+Feed it from a source that reads sequences by index (trainer/train/sequences.py
+SequenceSource.batch), as the loop does: an iterator with its own notion of an epoch
+would wrap per micro-batch and, with ``grad_accum > 1``, hand out the micro-batches this
+driver drops at an epoch's end.
 
 Records are cheap (a tuple of six ints; micro-batch ranges are built only on request),
 so counting the steps of a 20,000-step run takes milliseconds.

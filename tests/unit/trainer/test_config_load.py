@@ -331,19 +331,17 @@ def encoded_dir(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("seq_len", [1, 7, 64, 333])
-def test_the_sequence_count_is_what_the_loader_iterates(encoded_dir, seq_len):
-    from trainer.data.loader import ShardBatchIter  # noqa: PLC0415 - torch, test only
+def test_the_sequence_count_is_what_the_loop_reads(encoded_dir, seq_len):
     from trainer.data.manifest import load_manifest  # noqa: PLC0415
+    from trainer.train.sequences import ShardSequences  # noqa: PLC0415 - torch, test only
 
     n = sequences_in(encoded_dir, seq_len)
     assert n == sequences_in(load_manifest(encoded_dir), seq_len)
     train_tokens = load_manifest(encoded_dir).data["splits"]["train"]["tokens"]
     assert n == (train_tokens - 1) // seq_len
-    for batch_size in (1, 3):
-        it = ShardBatchIter(encoded_dir, "train", batch_size=batch_size, seq_len=seq_len)
-        assert it.batches_per_epoch == n // batch_size
-        # Every window the loader returns in one epoch is one of the N sequences.
-        assert it.stream_tokens == train_tokens
+    # The loop's training source (trainer/train/sequences.py) numbers the same N windows.
+    source = ShardSequences(encoded_dir, "train", seq_len)
+    assert (source.num_sequences, source.stream_tokens) == (n, train_tokens)
 
 
 def test_a_missing_manifest_is_a_shard_error(tmp_path):

@@ -113,7 +113,7 @@ def test_micro_batches_tile_the_global_batch_rank_by_rank():
     assert plan.sequences == range(0, 12)
     rank0, rank1 = plan.micro_batches(0), plan.micro_batches(1)
     # Micro-step a is sequences 4a..4a+3: rank 0 takes the first two, rank 1 the next two
-    # (ShardBatchIter's rank slices of one global batch).
+    # (disjoint rank slices that together are the single-process micro-batch).
     assert rank0 == [range(0, 2), range(4, 6), range(8, 10)]
     assert rank1 == [range(2, 4), range(6, 8), range(10, 12)]
     assert sorted(i for r in rank0 + rank1 for i in r) == list(plan.sequences)

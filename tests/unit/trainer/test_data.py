@@ -1,7 +1,7 @@
 """Corpus shards (issue #4): the shard format round-trips and rejects every kind of damage
 by name; encode puts each document in exactly one split, identically on one or two cores,
-and never leaves a half-written directory; the batch iterator walks the stream exactly,
-wraps or fails loudly, resumes to the token, and never shows train a val document."""
+and never leaves a half-written directory; the training sequences the loop reads are
+windows of the stream, exactly, and a split's source never shows another split's document."""
 
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 from trainer import cli
 from trainer.data import encode
 from trainer.data.encode import CorpusEncodeError, assign_val, encode_corpus
-from trainer.data.loader import DataExhaustedError, LoaderStateError, ShardBatchIter
 from trainer.data.manifest import load_manifest
 from trainer.data.shards import HEADER_SIZE, ShardError, read_shard, write_shard
 from trainer.tokenizer import bpe
 from trainer.tokenizer.corpus import EmbeddedCorpus
 from trainer.tokenizer.model import ByteLevelBPE, TokenizerFileError
 from trainer.tokenizer.pretokenize import count_words
+from trainer.train.sequences import ShardSequences
 
 EOT = "<|endoftext|>"
 # Each document carries a marker no other document contains, so a decoded stream tells
@@ -388,149 +388,41 @@ def test_a_missing_manifest_is_named(tmp_path):
         load_manifest(tmp_path)
 
 
-# ---------------------------------------------------------------- batch iterator
-def _batches(it: ShardBatchIter, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    return [it.next_batch() for _ in range(n)]
-
-
-def test_batches_are_windows_of_the_stream_with_targets_shifted_by_one(encoded):
+# ---------------------------------------------------------------- training sequences
+# What the loop reads: trainer/train/sequences.py ShardSequences. Which sequences a step
+# takes, wrap-around and exhaustion are trainer/train/steps.py's and the loop's
+# (test_config_steps.py, test_loop_run.py, test_loop_data.py).
+def test_sequences_are_windows_of_the_stream_with_targets_shifted_by_one(encoded):
     data_dir, _ = encoded
     stream = torch.from_numpy(split_stream(data_dir, "train").astype(np.int64))
-    it = ShardBatchIter(data_dir, "train", batch_size=3, seq_len=16, wrap_around=False)
-    assert it.batches_per_epoch == (len(stream) - 1) // 48
-    assert it.tokens_per_epoch == it.batches_per_epoch * 48
-    for k in range(it.batches_per_epoch):
-        inputs, targets = it.next_batch()
-        assert inputs.shape == targets.shape == (3, 16)
-        assert inputs.dtype == targets.dtype == torch.int64
-        for b in range(3):
-            start = k * 48 + b * 16
-            assert torch.equal(inputs[b], stream[start : start + 16])
-            assert torch.equal(targets[b], stream[start + 1 : start + 17])
+    source = ShardSequences(data_dir, "train", seq_len=16)
+    assert source.stream_tokens == len(stream)
+    assert source.num_sequences == (len(stream) - 1) // 16
+    inputs, targets = source.batch(range(source.num_sequences))
+    assert inputs.shape == targets.shape == (source.num_sequences, 16)
+    assert inputs.dtype == targets.dtype == torch.int64
+    for i in range(source.num_sequences):
+        assert torch.equal(inputs[i], stream[i * 16 : i * 16 + 16])
+        assert torch.equal(targets[i], stream[i * 16 + 1 : i * 16 + 17])
+    # Every token up to the dropped tail (shorter than one window) is an input once.
+    assert torch.equal(inputs.flatten(), stream[: source.num_sequences * 16])
+    assert len(stream) - source.num_sequences * 16 <= 16
+    with pytest.raises(IndexError, match=r"sequence \d+ is outside"):
+        source.window(source.num_sequences)
 
 
-def test_without_wrap_the_batch_after_the_last_full_one_raises_data_exhausted(encoded):
-    it = ShardBatchIter(encoded[0], "train", batch_size=2, seq_len=32, wrap_around=False)
-    _batches(it, it.batches_per_epoch)
-    for _ in range(2):  # and keeps raising; never a short or zero batch
-        with pytest.raises(DataExhaustedError, match=r"split 'train' .* exhausted in epoch 0"):
-            it.next_batch()
-    fresh = ShardBatchIter(encoded[0], "train", batch_size=2, seq_len=32, wrap_around=False)
-    seen = 0
-    with pytest.raises(DataExhaustedError):  # a for loop ends loudly, not by StopIteration
-        for _ in fresh:
-            seen += 1
-    assert seen == it.batches_per_epoch
-
-
-def test_wrap_counts_an_epoch_and_restarts_at_the_first_tokens(encoded):
-    it = ShardBatchIter(encoded[0], "train", batch_size=2, seq_len=32)
-    first = it.next_batch()
-    _batches(it, it.batches_per_epoch - 1)
-    assert it.epochs_completed == 0
-    again = it.next_batch()
-    assert it.epochs_completed == 1
-    assert torch.equal(again[0], first[0]) and torch.equal(again[1], first[1])
-    _batches(it, it.batches_per_epoch)
-    assert it.epochs_completed == 2
-
-
-@given(
-    stop=st.integers(0, 40),
-    shape=st.sampled_from([(1, 8), (2, 16), (3, 5), (4, 32)]),
-    world_size=st.sampled_from([1, 2]),
-)
-@settings(max_examples=40, deadline=None)
-def test_resume_from_a_saved_state_yields_the_identical_next_batches(
-    encoded, stop, shape, world_size
-):
-    batch_size, seq_len = shape
-    kwargs = dict(batch_size=batch_size, seq_len=seq_len, verify=False, world_size=world_size)
-    reference = ShardBatchIter(encoded[0], "train", **kwargs, rank=world_size - 1)
-    expected = _batches(reference, stop + 5)
-    first = ShardBatchIter(encoded[0], "train", **kwargs, rank=world_size - 1)
-    _batches(first, stop)
-    state = json.loads(json.dumps(first.state_dict()))
-    resumed = ShardBatchIter(encoded[0], "train", **kwargs, rank=world_size - 1)
-    resumed.load_state_dict(state)
-    for want, got in zip(expected[stop:], _batches(resumed, 5), strict=True):
-        assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
-    assert (resumed.epochs_completed, resumed.batches) == (
-        reference.epochs_completed,
-        reference.batches,
-    )
-
-
-@pytest.mark.parametrize(
-    ("change", "expected"),
-    [
-        ({"manifest_sha256": "0" * 64}, "manifest_sha256"),
-        ({"split": "val"}, "split"),
-        ({"batch_size": 3}, "batch_size"),
-        ({"seq_len": 9}, "seq_len"),
-        ({"world_size": 2}, "world_size"),
-        ({"position": 5}, "not a batch boundary"),
-        ({"position": 10**9}, "not a batch boundary"),
-    ],
-)
-def test_load_state_dict_refuses_a_state_from_another_data_set_or_shape(encoded, change, expected):
-    it = ShardBatchIter(encoded[0], "train", batch_size=2, seq_len=8, verify=False)
-    it.next_batch()
-    state = {**it.state_dict(), **change}
-    fresh = ShardBatchIter(encoded[0], "train", batch_size=2, seq_len=8, verify=False)
-    with pytest.raises(LoaderStateError, match=expected):
-        fresh.load_state_dict(state)
-    assert fresh.state_dict()["position"] == 0  # untouched
-
-
-def test_train_iterator_never_yields_a_val_document_over_three_epochs(encoded, tokenizer):
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_a_split_source_reads_only_its_own_documents(encoded, tokenizer, split):
     data_dir, _ = encoded
     val_docs = split_documents(data_dir, "val", tokenizer)
-    val_markers = {marker(i) for i, d in enumerate(DOCS) if d in val_docs}
-    train_markers = {marker(i) for i, d in enumerate(DOCS) if d not in val_docs}
-    assert val_markers and train_markers
-    it = ShardBatchIter(data_dir, "train", batch_size=2, seq_len=16)
-    epochs: dict[int, list[int]] = {}
-    for _ in range(4 * it.batches_per_epoch):  # bounded: a wrap bug must fail, not hang
-        inputs, _ = it.next_batch()
-        epochs.setdefault(it.epochs_completed, []).extend(inputs.flatten().tolist())
-    assert sorted(epochs) == [0, 1, 2, 3]
-    for tokens in epochs.values():
-        text = tokenizer.decode(tokens)
-        assert not {m for m in val_markers if m in text}
-        assert len({m for m in train_markers if m in text}) >= len(train_markers) - 1
-
-
-def test_val_iterator_reads_only_val_documents(encoded, tokenizer):
-    data_dir, _ = encoded
-    it = ShardBatchIter(data_dir, "val", batch_size=1, seq_len=8, wrap_around=False)
-    tokens = [t for x, _ in (it.next_batch() for _ in range(it.batches_per_epoch)) for t in x[0]]
-    text = tokenizer.decode(int(t) for t in tokens)
-    val_docs = split_documents(data_dir, "val", tokenizer)
-    assert not [i for i, d in enumerate(DOCS) if d not in val_docs and marker(i) in text]
-
-
-def test_rank_slices_are_disjoint_and_make_up_the_single_process_batch(encoded):
-    whole = ShardBatchIter(encoded[0], "train", batch_size=4, seq_len=8, verify=False)
-    ranks = [
-        ShardBatchIter(
-            encoded[0], "train", batch_size=2, seq_len=8, verify=False, rank=r, world_size=2
-        )
-        for r in range(2)
-    ]
-    assert ranks[0].batches_per_epoch == whole.batches_per_epoch
-    for _ in range(whole.batches_per_epoch + 3):  # across a wrap
-        x, y = whole.next_batch()
-        parts = [r.next_batch() for r in ranks]
-        assert torch.equal(torch.cat([p[0] for p in parts]), x)
-        assert torch.equal(torch.cat([p[1] for p in parts]), y)
-        assert not torch.equal(parts[0][0], parts[1][0])
-    assert ranks[0].epochs_completed == ranks[1].epochs_completed == whole.epochs_completed == 1
-
-
-def test_a_split_too_small_for_one_batch_is_refused(encoded):
-    with pytest.raises(ValueError, match=r"split 'val' has \d+ tokens; one batch"):
-        ShardBatchIter(encoded[0], "val", batch_size=64, seq_len=1024)
+    in_val = {i for i, d in enumerate(DOCS) if d in val_docs}
+    mine = in_val if split == "val" else set(range(len(DOCS))) - in_val
+    assert in_val and mine != set(range(len(DOCS)))
+    source = ShardSequences(data_dir, split, seq_len=8)
+    inputs, targets = source.batch(range(source.num_sequences))
+    text = tokenizer.decode([*inputs.flatten().tolist(), int(targets[-1, -1])])
+    assert not [i for i in range(len(DOCS)) if i not in mine and marker(i) in text]
+    assert len([i for i in mine if marker(i) in text]) >= len(mine) - 1  # the tail's
 
 
 # ---------------------------------------------------------------- CLI

@@ -28,10 +28,10 @@ from tests.unit.trainer.loop_support import (
 )
 from trainer import cli
 from trainer.config.schedule import lr_at
-from trainer.data.loader import DataExhaustedError
 from trainer.model.llama import build_model
 from trainer.train import guards, loop
 from trainer.train.loop import train
+from trainer.train.sequences import DataExhaustedError
 
 
 # ---------------------------------------------------------------- FALSIFY-TRAIN-LOOP-001

@@ -140,25 +140,23 @@ def _is_call_of(node: ast.expr, name: str) -> bool:
     )
 
 
-def import_all(root: Path, kind: str) -> list[str]:
-    """Import every module of ``kind`` so its decorators register; returns their names.
+def import_all(root: Path, kind: str) -> None:
+    """Import every module of ``kind`` so its decorators register.
 
     The project root goes first on sys.path. A top-level package of the same name already
     imported from elsewhere (another project's ``tests``) is refused, never mixed up.
     """
     config = load_config(root)
-    names = [name for _, name in config.modules(kind)]
-    if not names:
-        return names
-    if str(config.root) not in sys.path:
+    modules = config.modules(kind)
+    if modules and str(config.root) not in sys.path:
         sys.path.insert(0, str(config.root))
-    for file, name in config.modules(kind):
-        top = sys.modules.get(name.split(".")[0])
+    for file, name in modules:
+        package = name.split(".")[0]
+        top = sys.modules.get(package)
         paths = [Path(p).resolve() for p in getattr(top, "__path__", [])] if top else []
-        if top is not None and not any(p == config.root / name.split(".")[0] for p in paths):
+        if top is not None and config.root / package not in paths:
             raise ProjectConfigError(
-                f"{file}: cannot import it as {name}: a package {name.split('.')[0]!r} is "
+                f"{file}: cannot import it as {name}: a package {package!r} is "
                 f"already imported from {', '.join(map(str, paths)) or top!r}"
             )
         importlib.import_module(name)
-    return names

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tree import files_under
+
 BIN = Path(sys.executable).parent
 
 
@@ -26,14 +28,6 @@ def run(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
         timeout=300,
         check=False,
     )
-
-
-def tree(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and "__pycache__" not in p.parts
-    }
 
 
 @pytest.mark.slow
@@ -73,12 +67,12 @@ def test_an_empty_directory_validates_and_checks_its_example_gate_at_once(tmp_pa
 
 def test_a_second_init_refuses_and_changes_nothing(tmp_path: Path):
     assert run(tmp_path, "pv", "init").returncode == 0
-    before = tree(tmp_path)
+    before = files_under(tmp_path)
     again = run(tmp_path, "pv", "init")
     assert again.returncode == 2
     assert "would overwrite contracts/example-v1.yaml" in again.stderr
     assert "nothing was written" in again.stderr
-    assert tree(tmp_path) == before
+    assert files_under(tmp_path) == before
 
 
 def test_an_existing_pyproject_is_appended_to_and_its_pytest_table_kept(tmp_path: Path):
@@ -107,4 +101,6 @@ def test_a_pyproject_it_cannot_extend_is_refused_with_nothing_written(
     result = run(tmp_path, "pv", "init")
     assert result.returncode == 2, result.stdout
     assert "nothing was written" in result.stderr
-    assert tree(tmp_path) == {"pyproject.toml": hashlib.sha256(pyproject.encode()).hexdigest()}
+    assert files_under(tmp_path) == {
+        "pyproject.toml": hashlib.sha256(pyproject.encode()).hexdigest()
+    }

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.tree import files_under
 from tests.unit.trainer.loop_support import (  # noqa: F401 - one_thread is a fixture
     encode_test_corpus,
-    files_under,
     one_thread,
     write_run_config,
 )

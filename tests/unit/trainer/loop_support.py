@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -211,14 +210,3 @@ def write_run_config(path: Path, data: Path, tokenizer: Path, out: Path, **train
     ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
-
-
-def files_under(directory: Path) -> dict[str, str]:
-    """relative path -> sha256 of every file under ``directory`` (empty when missing)."""
-    if not directory.exists():
-        return {}
-    return {
-        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(directory.rglob("*"))
-        if p.is_file()
-    }

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tree import files_under
 from tests.unit.trainer.loop_support import (  # noqa: F401 - one_thread is a fixture
-    files_under,
     one_thread,
     write_run_config,
 )

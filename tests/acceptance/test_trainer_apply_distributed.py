@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.tree import files_under
 from tests.unit.trainer.distributed_support import child_env, children_of, rank_of
-from tests.unit.trainer.loop_support import encode_test_corpus, files_under, write_run_config
+from tests.unit.trainer.loop_support import encode_test_corpus, write_run_config
 from trainer import cli
 from trainer.checkpoint.layout import checkpoint_dirs, step_of
 from trainer.checkpoint.verify import inspect_checkpoint

@@ -11,7 +11,7 @@ TORCH_SPEC     ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 PYTEST_ARGS    ?=
 
-.PHONY: venv demo test test-quick ship-blocking audit lint clean
+.PHONY: venv demo test test-quick ship-blocking audit lint clean golden
 
 venv: $(STAMP)
 
@@ -44,6 +44,10 @@ test: $(STAMP) lint
 	$(BIN)/pv validate contracts/*.yaml
 	for ex in $(EXAMPLES); do (cd $$ex && $(ABS_BIN)/pv validate contracts/*.yaml) || exit 1; done
 	tools/pytest.sh $(PYTEST_ARGS)
+
+# Rewrite the golden traces (tests/golden/) after a change meant to move them; say why.
+golden: $(STAMP)
+	$(BIN)/python -m tests.golden.traces --write
 
 test-quick: $(STAMP)
 	tools/pytest.sh -m "not slow" $(PYTEST_ARGS)

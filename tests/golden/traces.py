@@ -1,0 +1,256 @@
+"""Golden traces: the per-step numbers of two fixed CPU runs, committed and compared exactly.
+
+A golden trace is the cheapest net for bugs nobody named: an off-by-one in the schedule, a
+batch read from the wrong epoch, a lost RNG state, a changed reduction order all move at
+least one number. Each trace is a run of the training loop at a fixed seed on one CPU thread:
+
+- ``quickstart``: configs/quickstart-cpu.yaml's model (the tiny preset, V = 8192),
+  optimizer, micro-batch, sequence length and seed; its schedule scaled to 15 steps (warmup
+  2) and a 40-sequence data set, so the run crosses two epoch boundaries (5 steps an epoch).
+- ``tiny``: the tiny preset as defined (V = 512), seq_len 32, micro-batch 4 x gradient
+  accumulation 2, 13 steps over 40 sequences (epochs 0, 1, 2), an evaluation every 4 steps.
+
+Each is recorded twice and must give the same trace both ways: straight through, and
+stopped after step ``resume_after`` with a checkpoint, then resumed in a new call (the path
+`trainer apply --max-steps` then `--resume latest` takes). The data is a seeded token chain
+(each token a fixed affine map of the one before, plus small noise): learnable, independent
+of the Python version (the embedded corpus is the standard library's source, which is not).
+
+Per step the trace keeps the epoch, the loss, the pre-clip gradient norm and the learning
+rate (as float.hex, exact), the validation loss at evaluation steps, and the first data
+indices of the step's first micro-batch. Regenerate, after a change that is MEANT to move
+the numbers (and say why in the commit message):
+
+    .venv/bin/python -m tests.golden.traces --write
+
+Floats are bitwise reproducible for one torch build on one CPU kernel family; the file
+records both (``platform``). tests/unit/trainer/test_golden_traces.py compares exactly on
+the recorded platform and, on another one, exactly for everything but loss, norm and
+validation loss, which it bounds at a relative 1e-4 and reports with a warning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from trainer.config.load import load_config
+from trainer.model.config import preset
+from trainer.train import loss
+from trainer.train.loop import LoopSettings, settings_from_config, train
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+QUICKSTART = ROOT / "configs" / "quickstart-cpu.yaml"
+FIRST_INDICES = 4  # of each step's first micro-batch
+TOKEN_SEED = 20261125
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    name: str
+    steps: int
+    resume_after: int
+    train_sequences: int
+    val_sequences: int
+
+
+SPECS = {
+    "quickstart": TraceSpec(
+        "quickstart", steps=15, resume_after=7, train_sequences=40, val_sequences=4
+    ),
+    "tiny": TraceSpec("tiny", steps=13, resume_after=6, train_sequences=40, val_sequences=6),
+}
+
+
+class TokenRows:
+    """A SequenceSource over rows of ``seq_len + 1`` tokens held in memory."""
+
+    def __init__(self, rows: Tensor) -> None:
+        self.rows = rows
+        self.num_sequences = rows.shape[0]
+        self.seq_len = rows.shape[1] - 1
+        self.pad_id = None
+
+    def batch(self, indices: list[int]) -> tuple[Tensor, Tensor]:
+        return loss.next_token_pairs(self.rows[list(indices)], pad_id=None)
+
+
+def token_chain(n: int, seq_len: int, vocab_size: int, seed: int) -> Tensor:
+    """``n`` rows of ``seq_len + 1`` tokens: t[i+1] = (31 t[i] + 7 + noise) mod V, noise in
+    0..3, the first token uniform. torch's CPU generator is stable across versions."""
+    generator = torch.Generator().manual_seed(seed)
+    rows = torch.empty(n, seq_len + 1, dtype=torch.int64)
+    rows[:, 0] = torch.randint(0, vocab_size, (n,), generator=generator)
+    noise = torch.randint(0, 4, (n, seq_len), generator=generator)
+    for i in range(seq_len):
+        rows[:, i + 1] = (31 * rows[:, i] + 7 + noise[:, i]) % vocab_size
+    return rows
+
+
+def base_settings(name: str) -> LoopSettings:
+    """The run a trace records, without its output directories."""
+    spec = SPECS[name]
+    if name == "quickstart":
+        cfg = load_config(QUICKSTART)
+        return settings_from_config(
+            cfg,
+            epochs=3,
+            max_steps=spec.steps,
+            warmup_steps=2,
+            eval_interval=5,
+            eval_max_tokens=4 * cfg.data.seq_len,
+            out_dir=None,
+            checkpoint_dir=None,
+            tokenizer_dir=None,
+            data_manifest=None,
+            resolved_config=None,
+            save_interval=None,
+            log_interval=1,
+            device="cpu",
+        )
+    return LoopSettings(
+        model=preset("tiny"),
+        seed=1234,
+        micro_batch=4,
+        grad_accum=2,
+        seq_len=32,
+        epochs=3,
+        max_steps=spec.steps,
+        warmup_steps=2,
+        lr=3e-3,
+        min_lr=3e-4,
+        grad_clip=1.0,
+        eval_interval=4,
+        eval_max_tokens=6 * 32,
+        device="cpu",
+    )
+
+
+def _data(settings: LoopSettings, spec: TraceSpec) -> tuple[TokenRows, TokenRows]:
+    vocab, seq_len = settings.model.vocab_size, settings.seq_len
+    train_rows = token_chain(spec.train_sequences, seq_len, vocab, TOKEN_SEED)
+    val_rows = token_chain(spec.val_sequences, seq_len, vocab, TOKEN_SEED + 1)
+    return TokenRows(train_rows), TokenRows(val_rows)
+
+
+class _FirstIndices:
+    """Loop hooks keeping the first data indices of each step's first micro-batch."""
+
+    def __init__(self) -> None:
+        self.indices: dict[int, list[int]] = {}
+
+    def step_batches(self, step, epoch, indices, micro_batches) -> None:
+        self.indices[step] = list(indices[0][:FIRST_INDICES])
+
+
+def _steps(result, hooks: _FirstIndices) -> list[dict]:
+    val = dict(result.val_losses)
+    steps = []
+    for record in result.records:
+        step = record["step"]
+        entry = {
+            "step": step,
+            "epoch": record["epoch"],
+            "loss": float(record["loss"]).hex(),
+            "grad_norm": float(record["grad_norm"]).hex(),
+            "lr": float(record["lr"]).hex(),
+            "indices": hooks.indices[step],
+        }
+        if step in val:
+            entry["val_loss"] = float(val[step]).hex()
+        steps.append(entry)
+    return steps
+
+
+def _train(settings: LoopSettings, spec: TraceSpec) -> list[dict]:
+    hooks = _FirstIndices()
+    train_data, val_data = _data(settings, spec)
+    result = train(settings, train_data, val_data, hooks=hooks)
+    return _steps(result, hooks)
+
+
+def platform() -> dict:
+    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
+def record(name: str, *, resume: bool) -> list[dict]:
+    """The trace of run ``name``: straight through, or stopped and resumed once."""
+    spec = SPECS[name]
+    settings = base_settings(name)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # reductions split over threads may round differently
+    try:
+        if not resume:
+            return _train(settings, spec)
+        with tempfile.TemporaryDirectory(prefix=f"golden-{name}-") as tmp:
+            checkpoints = Path(tmp) / "checkpoints"
+            first = dataclasses.replace(
+                settings,
+                max_steps=spec.resume_after,
+                schedule_steps=spec.steps,
+                checkpoint_dir=checkpoints,
+            )
+            second = dataclasses.replace(
+                settings,
+                schedule_steps=spec.steps,  # the resume must match the run it continues
+                checkpoint_dir=checkpoints,
+                resume_from="latest",
+            )
+            return _train(first, spec) + _train(second, spec)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def trace_file(name: str) -> Path:
+    return HERE / f"{name}.json"
+
+
+def document(name: str) -> dict:
+    spec = SPECS[name]
+    return {
+        "trace": name,
+        "regenerate": "python -m tests.golden.traces --write",
+        "platform": platform(),
+        "resume_after": spec.resume_after,
+        "steps": record(name, resume=False),
+    }
+
+
+def render(doc: dict) -> str:
+    """JSON with one line per step, so a changed step is one line of the diff."""
+    head = json.dumps({k: v for k, v in doc.items() if k != "steps"}, indent=1)[:-2]
+    steps = ",\n  ".join(json.dumps(step) for step in doc["steps"])
+    return f'{head},\n "steps": [\n  {steps}\n ]\n}}\n'
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.golden.traces", description=__doc__)
+    parser.add_argument("--write", action="store_true", help="rewrite the committed traces")
+    parser.add_argument("names", nargs="*", default=sorted(SPECS))
+    args = parser.parse_args(argv)
+    for name in args.names:
+        doc = document(name)
+        resumed = record(name, resume=True)
+        if resumed != doc["steps"]:
+            print(f"{name}: the resumed run's trace differs from the straight one", file=sys.stderr)
+            return 1
+        text = render(doc)
+        if args.write:
+            trace_file(name).write_text(text, encoding="utf-8")
+            print(f"wrote {trace_file(name).relative_to(ROOT)} ({len(doc['steps'])} steps)")
+        else:
+            sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

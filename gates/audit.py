@@ -1,18 +1,38 @@
 """`gates audit`: every bound falsification test passes on the real code and fails on each
-of its mutants. A surviving mutant is a test that cannot catch the bug it names."""
+of its mutants. A surviving mutant is a test that cannot catch the bug it names.
+
+Each run is one pytest process (gates.testrun), and its outcome is one of
+
+- ``passed``; ``failed``: the first failing report is an assertion of the test
+  (AssertionError, pytest.fail, "DID NOT RAISE") — for a mutant, *killed*;
+- ``crashed``: pytest failed, but on anything else (a TypeError, an ImportError at collection,
+  a fixture's error) — the mutant broke the code instead of injecting the bug, not a kill;
+- ``error``: pytest did not get to a verdict (usage error, internal error, no test found);
+  ``timeout``;
+- ``seam-broken``: before any test ran, applying the mutant dry (gates.seams) found a patched
+  attribute missing or a replacement that does not accept the original's calls; not run.
+
+Only ``passed`` (real code) and ``failed`` (mutant) are ok; anything else fails the audit.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import os
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from jsonschema import Draft202012Validator
 
-from gates import evidence, files, project, testrun
+from gates import evidence, files, project, seams, testrun
 from gates.contract import Contract
 
 AUDIT_SCHEMA = evidence.EVIDENCE_SCHEMA.parent / "audit.schema.json"
+
+#: Each run's outcome (module docstring); the audit schema's enum.
+OUTCOMES = ("passed", "failed", "crashed", "error", "timeout", "seam-broken")
 
 
 @dataclass(frozen=True)
@@ -21,19 +41,41 @@ class AuditRow:
     test_id: str
     node: str
     mutant: str | None  # None: the real code
-    outcome: str  # passed | failed | error
+    outcome: str  # one of OUTCOMES
     seconds: float
+    failure: testrun.Failure | None = None  # the first failing report, when pytest failed
+    seam_check: seams.SeamReport | None = None  # mutant rows: what the dry application found
+    note: str = ""  # for error: the last line pytest printed; shown, not recorded
 
     @property
     def ok(self) -> bool:
-        """Real code must pass; a mutant must make the test fail (not error)."""
+        """Real code must pass; a mutant must make the test fail on an assertion."""
         return self.outcome == ("passed" if self.mutant is None else "failed")
 
     @property
     def verdict(self) -> str:
         if self.mutant is None:
             return "passes" if self.ok else f"REAL CODE {self.outcome.upper()}"
-        return "killed" if self.ok else ("SURVIVED" if self.outcome == "passed" else "ERROR")
+        return {"failed": "killed", "passed": "SURVIVED"}.get(self.outcome, self.outcome.upper())
+
+    def why(self) -> list[str]:
+        """What the output says under a row: how it failed, or which seams broke."""
+        if self.outcome == "seam-broken" and self.seam_check is not None:
+            return self.seam_check.problems()
+        if self.failure is not None:
+            return [self.failure.describe()]
+        if self.outcome == "crashed":
+            return ["pytest failed but recorded no failure (is the shipgate plugin loaded?)"]
+        return [self.note] if self.note else []
+
+
+def outcome_of(run: testrun.TestOutcome) -> str:
+    """The audit's outcome of one pytest run (the module docstring's list)."""
+    if run.timed_out:
+        return "timeout"
+    if run.outcome == "failed":
+        return "failed" if run.failed_on_assertion else "crashed"
+    return run.outcome
 
 
 def select_tests(contracts: list[Contract], contract_id: str | None, gate_id: str | None):
@@ -59,33 +101,115 @@ def run_audit(
     gate_id: str | None = None,
     progress=None,
 ) -> list[AuditRow]:
+    selected = list(select_tests(contracts, contract_id, gate_id))
+    # 1. Every seam of every selected mutant, checked once before any test runs.
+    mutant_ids = list(dict.fromkeys(m.id for _, t in selected for m in t.mutants))
+    checked = seams.check(root, mutant_ids)
+    # 2. Each test on the real code, then under each mutant whose seams hold.
     rows: list[AuditRow] = []
-    for c, t in select_tests(contracts, contract_id, gate_id):
+    for c, t in selected:
         assert t.test is not None
         for mutant in [None, *(m.id for m in t.mutants)]:
-            out = testrun.run_node(root, t.test, mutant)
-            row = AuditRow(c.id, t.id, t.test, mutant, out.outcome, out.seconds)
+            seam_check = checked[mutant] if mutant else None
+            if seam_check is not None and seam_check.broken:
+                row = AuditRow(c.id, t.id, t.test, mutant, "seam-broken", 0.0, None, seam_check)
+            else:
+                run = testrun.run_node(root, t.test, mutant)
+                outcome = outcome_of(run)
+                first = run.failures[0] if run.failures else None
+                note = "" if outcome != "error" else _last_line(run.output)
+                row = AuditRow(
+                    c.id, t.id, t.test, mutant, outcome, run.seconds, first, seam_check, note
+                )
             rows.append(row)
             if progress:
                 progress(row)
     return rows
 
 
+def _last_line(output: str) -> str:
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
 def render_table(rows: list[AuditRow]) -> str:
     head = f"{'test':<24} {'mutant':<34} {'verdict':<18} {'seconds':>8}"
     lines = [head, "-" * len(head)]
     for r in rows:
+        cause = f"  {_short(r.failure.exception)}" if r.ok and r.failure else ""
         lines.append(
-            f"{r.test_id:<24} {(r.mutant or '(real code)'):<34} {r.verdict:<18} {r.seconds:>8.2f}"
+            f"{r.test_id:<24} {(r.mutant or '(real code)'):<34} {r.verdict:<18} "
+            f"{r.seconds:>8.2f}{cause}"
         )
-    killed = sum(r.ok for r in rows if r.mutant)
-    mutants = sum(1 for r in rows if r.mutant)
+        if not r.ok:
+            lines += [f"    {why}" for why in r.why()]
+    mutant_rows = [r for r in rows if r.mutant]
+    killed = sum(r.ok for r in mutant_rows)
     real_ok = all(r.ok for r in rows if r.mutant is None)
+    not_killed = Counter(r.verdict for r in mutant_rows if not r.ok)
     lines.append(
-        f"mutants killed: {killed} of {mutants}; real code "
+        f"mutants killed: {killed} of {len(mutant_rows)}"
+        + "".join(f", {n} {verdict}" for verdict, n in sorted(not_killed.items()))
+        + "; real code "
         + ("passes every test" if real_ok else "FAILS a test")
     )
+    unchecked = sorted(
+        {
+            s.target
+            for r in mutant_rows
+            if r.seam_check
+            for s in r.seam_check.seams
+            if s.status == seams.UNCHECKED
+        }
+    )
+    if unchecked:
+        lines.append(f"seams without a signature to check: {', '.join(unchecked)}")
     return "\n".join(lines)
+
+
+def _short(exception: str | None) -> str:
+    return (exception or "no exception").rsplit(".", 1)[-1]
+
+
+# A path from the filesystem root: not preceded by a name character (so ``a/b`` and ``1/2``
+# stay), up to the next space or quote-like character.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/-])/[^\s'\"`,;()<>\[\]{}]+")
+
+
+def portable(text: str, root: Path) -> str:
+    """``text`` with nothing of this machine in it: paths under the project root made
+    relative, any other absolute path cut to ``…/`` and its last part."""
+    for prefix in dict.fromkeys((str(root.resolve()), str(root.absolute()))):
+        text = text.replace(prefix + os.sep, "").replace(prefix, ".")
+    return _ABSOLUTE_PATH.sub(lambda m: "…/" + m.group(0).rstrip("/").rsplit("/", 1)[-1], text)
+
+
+def _portable_strings(data, root: Path):
+    if isinstance(data, str):
+        return portable(data, root)
+    if isinstance(data, dict):
+        return {k: _portable_strings(v, root) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_portable_strings(v, root) for v in data]
+    return data
+
+
+def _row_record(r: AuditRow, root: Path) -> dict:
+    failure = None
+    if r.failure is not None:  # its node is the row's
+        failure = {k: v for k, v in asdict(r.failure).items() if k != "node"}
+    seam_check = r.seam_check.to_json() if r.seam_check is not None else None
+    return {
+        "contract": r.contract,
+        "test": r.test_id,
+        "node": r.node,
+        "mutant": r.mutant,
+        "outcome": r.outcome,
+        "verdict": r.verdict,
+        "seconds": r.seconds,
+        "failure": _portable_strings(failure, root),
+        "seam_check": _portable_strings(seam_check, root),
+    }
 
 
 def write_audit_evidence(root: Path, rows: list[AuditRow], command: list[str], out: Path) -> None:
@@ -94,19 +218,8 @@ def write_audit_evidence(root: Path, rows: list[AuditRow], command: list[str], o
         "captured_at": evidence.utc_now(),
         "host": evidence.host_info(project.load_config(root).packages),
         "git": evidence.git_info(root),
-        "command": command,
-        "rows": [
-            {
-                "contract": r.contract,
-                "test": r.test_id,
-                "node": r.node,
-                "mutant": r.mutant,
-                "outcome": r.outcome,
-                "verdict": r.verdict,
-                "seconds": r.seconds,
-            }
-            for r in rows
-        ],
+        "command": [portable(arg, root) for arg in command],
+        "rows": [_row_record(r, root) for r in rows],
         "mutants": sum(1 for r in rows if r.mutant),
         "killed": sum(r.ok for r in rows if r.mutant),
         "ok": all(r.ok for r in rows),

@@ -9,9 +9,10 @@ A project keeps its mutants in the directories its ``[tool.shipgate] mutants`` n
     def _(patch):                     # patch is a pytest.MonkeyPatch
         patch.setattr(bpe, "tie_key", lambda pair: hash(pair))
 
-`pv validate` finds them statically (AST, nothing imported); `gates audit` runs a test with
-``SHIPGATE_MUTANT=<id>`` and the pytest plugin (gates.pytest_plugin) applies that mutant
-before any test runs.
+`pv validate` finds them statically (AST, nothing imported); `gates audit` first applies each
+mutant dry to check the seams it patches exist and accept the original's calls (gates.seams),
+then runs a test with ``SHIPGATE_MUTANT=<id>`` and the pytest plugin (gates.pytest_plugin)
+applies that mutant before any test runs. docs/mutants.md has the whole story.
 """
 
 from __future__ import annotations

@@ -136,6 +136,9 @@ def _verdict(text: str) -> str:
         "passes": "ok",
         "SURVIVED": "bad",
         "ERROR": "bad",
+        "CRASHED": "bad",
+        "TIMEOUT": "bad",
+        "SEAM-BROKEN": "bad",
         NOT_AUDITED: "none",
     }.get(text, "bad" if text.startswith("REAL CODE") else "none")
     return f'<span class="audit a-{kind}" data-audit="{e(text)}">{e(text)}</span>'
@@ -181,7 +184,8 @@ def _header(inputs: ReportInputs, counts: Counts) -> str:
 
 
 def _audit_counts(inputs: ReportInputs) -> str:
-    """How the mutants on this page fared: killed, SURVIVED, ERROR, not audited."""
+    """How the mutants on this page fared: killed, SURVIVED, ERROR, CRASHED, TIMEOUT,
+    SEAM-BROKEN, not audited."""
     tally: dict[str, int] = {}
     for c in inputs.contracts:
         for t in c.falsification_tests:
@@ -190,7 +194,7 @@ def _audit_counts(inputs: ReportInputs) -> str:
                 tally[verdict] = tally.get(verdict, 0) + 1
     return ", ".join(
         f'<span data-audit-count="{e(v)}">{tally[v]}</span> {e(v)}'
-        for v in ("killed", "SURVIVED", "ERROR", NOT_AUDITED)
+        for v in ("killed", "SURVIVED", "ERROR", "CRASHED", "TIMEOUT", "SEAM-BROKEN", NOT_AUDITED)
         if v in tally
     )
 

@@ -1,10 +1,21 @@
-"""Run bound falsification tests (pytest node ids) in a subprocess, optionally mutated."""
+"""Run bound falsification tests (pytest node ids) in a subprocess, optionally mutated, and
+say how each failing test failed.
+
+pytest's exit status says only *that* a test failed. The audit needs to know *how*: a test
+that fails on an assertion (its check fired) kills a mutant; one that dies of a TypeError from
+a drifted seam does not. So the child pytest is told a file in $SHIPGATE_FAILURES, and the
+shipgate plugin (gates.pytest_plugin) appends one JSON line per failing report to it: the
+phase, the exception's type and first line, whether it is an assertion, and the module it
+was raised in. ``TestOutcome.failures`` holds them, in the order they happened.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +25,29 @@ from gates import mutants
 #: pytest exit codes: 0 all passed, 1 some failed; anything else is not a verdict.
 _OUTCOMES = {0: "passed", 1: "failed"}
 
+#: Set only for the child pytest (and removed from its environment by the plugin, so a
+#: pytest that a test starts itself does not write here too).
+FAILURES_VAR = "SHIPGATE_FAILURES"
+
+#: Longest first line of an exception message kept; the full text is in the output.
+_MESSAGE_CHARS = 300
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failing pytest report: the test's check firing, or something else going wrong."""
+
+    node: str
+    phase: str  # collect | setup | call | teardown
+    exception: str | None  # "AssertionError", "_pytest.outcomes.Failed", None: none raised
+    message: str  # its first line
+    assertion: bool  # AssertionError or pytest's Failed (pytest.fail, "DID NOT RAISE")
+    raised_in: str | None  # module of the innermost frame not hidden from tracebacks
+
+    def describe(self) -> str:
+        what = f"{self.exception}: {self.message}" if self.message else str(self.exception)
+        return f"{what} ({self.phase}, raised in {self.raised_in or '?'})"
+
 
 @dataclass(frozen=True)
 class TestOutcome:
@@ -22,8 +56,71 @@ class TestOutcome:
     outcome: str  # passed | failed | error
     seconds: float
     output: str
+    failures: tuple[Failure, ...] = ()  # when failed: each failing report, first first
+    timed_out: bool = False  # outcome is then "error"
 
     __test__ = False  # not a pytest test class, despite the name
+
+    @property
+    def failed_on_assertion(self) -> bool:
+        """Failed, and the first failure is an assertion: the test's own check fired.
+
+        With ``-x`` the first failing test ends the run; its first failing phase decides, so
+        a teardown that also breaks after the assertion fired does not undo the kill.
+        """
+        return self.outcome == "failed" and bool(self.failures) and self.failures[0].assertion
+
+
+def is_assertion(exc: BaseException | None) -> bool:
+    """An assertion of the test: AssertionError (``assert``, pytest.raises' match, numpy's
+    and torch's assert helpers) or pytest's Failed (``pytest.fail``, "DID NOT RAISE").
+    An exception group (Hypothesis reporting several bugs) is one when all of its are."""
+    import pytest  # noqa: PLC0415 - the parent process never needs pytest for this
+
+    if isinstance(exc, BaseExceptionGroup):
+        return all(is_assertion(e) for e in exc.exceptions)
+    return isinstance(exc, AssertionError | pytest.fail.Exception)
+
+
+def _type_name(exc: BaseException) -> str:
+    t = type(exc)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _raised_in(exc: BaseException) -> str | None:
+    """Module of the innermost traceback frame that pytest would show (frames that set
+    ``__tracebackhide__``, like pytest.fail's own, are skipped)."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        if frame.f_locals.get("__tracebackhide__") or frame.f_globals.get("__tracebackhide__"):
+            continue
+        return frame.f_globals.get("__name__")
+    return None
+
+
+def failure_of(node: str, phase: str, exc: BaseException | None) -> Failure:
+    """What the plugin records for a failing report whose exception (if any) is ``exc``."""
+    if exc is None:  # e.g. XPASS(strict): pytest failed the test without an exception
+        return Failure(node, phase, None, "", False, None)
+    lines = str(exc).strip().splitlines()
+    message = lines[0][:_MESSAGE_CHARS] if lines else ""
+    return Failure(node, phase, _type_name(exc), message, is_assertion(exc), _raised_in(exc))
+
+
+def append_failure(path: Path, failure: Failure) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(failure.__dict__) + "\n")
+
+
+def read_failures(path: Path) -> tuple[Failure, ...]:
+    if not path.is_file():
+        return ()
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return tuple(Failure(**json.loads(line)) for line in lines if line.strip())
 
 
 def run_node(
@@ -37,12 +134,24 @@ def run_node(
         env[mutants.ENV_VAR] = mutant
         env["HYPOTHESIS_PROFILE"] = "audit"
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", node]
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(
-            cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout_s, check=False
-        )
-        outcome, output = _OUTCOMES.get(proc.returncode, "error"), proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired:
-        outcome, output = "error", f"timed out after {timeout_s} s"
-    return TestOutcome(node, mutant, outcome, round(time.perf_counter() - start, 3), output)
+    timed_out = False
+    with tempfile.TemporaryDirectory(prefix="shipgate-testrun-") as tmp:
+        failures_file = Path(tmp) / "failures.jsonl"
+        env[FAILURES_VAR] = str(failures_file)
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                cmd,
+                cwd=root,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+            )
+            outcome, output = _OUTCOMES.get(proc.returncode, "error"), proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired:
+            outcome, output, timed_out = "error", f"timed out after {timeout_s} s", True
+        seconds = round(time.perf_counter() - start, 3)
+        failures = read_failures(failures_file)
+    return TestOutcome(node, mutant, outcome, seconds, output, failures, timed_out)

@@ -37,9 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 from trainer.model.config import preset  # noqa: E402 - needs ROOT on sys.path
 from trainer.runfiles.metrics_file import read_metrics  # noqa: E402
+from trainer.runfiles.names import RUNS_DB_FILE  # noqa: E402
 from trainer.store.identity import new_run_id  # noqa: E402
 from trainer.store.registry import HOME_ENV  # noqa: E402
-from trainer.store.schema import RUNS_DB  # noqa: E402
 from trainer.train.metrics import MetricsWriter  # noqa: E402
 
 
@@ -95,7 +95,7 @@ def run_benchmark(steps: int, directory: Path | None = None) -> dict[str, Any]:
         writer = MetricsWriter(run, preset("tiny"), 256, torch.device("cpu"))
         recorder, writer.recorder = writer.recorder, None  # the two sides, timed apart
         if recorder is None or recorder.failure is not None:
-            raise RuntimeError(f"{run / RUNS_DB}: the store did not start: {recorder.failure}")
+            raise RuntimeError(f"{run / RUNS_DB_FILE}: the store did not start: {recorder.failure}")
         files_s: list[float] = []
         store_s: list[float] = []
         for step in range(1, steps + 1):
@@ -120,11 +120,11 @@ def run_benchmark(steps: int, directory: Path | None = None) -> dict[str, Any]:
             raise RuntimeError(recorder.failure)
         import sqlite3  # noqa: PLC0415
 
-        conn = sqlite3.connect(f"{(run / RUNS_DB).as_uri()}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"{(run / RUNS_DB_FILE).as_uri()}?mode=ro", uri=True)
         stored = conn.execute("SELECT count(*) FROM metrics").fetchone()[0]
         conn.close()
         if stored != steps:
-            raise RuntimeError(f"{run / RUNS_DB}: {stored} rows for {steps} steps")
+            raise RuntimeError(f"{run / RUNS_DB_FILE}: {stored} rows for {steps} steps")
     result = {
         "workload": {
             "steps": steps,

@@ -13,7 +13,7 @@ import os
 import platform
 import sys
 
-from trainer import __version__, exit_codes
+from trainer import __version__, exit_codes, terminal
 from trainer.checkpoint.commands import add_checkpoint_parsers
 from trainer.config.commands import add_validate_parser
 from trainer.data.commands import add_data_parser
@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    terminal.install()  # the trainer's log records on stderr as "trainer: ..." lines
     args = build_parser().parse_args(argv)
     if getattr(args, "special_token", "") is None:
         args.special_token = ["<|endoftext|>"]

@@ -1,5 +1,9 @@
-"""`gates audit` — every bound falsification test must pass on the real code and fail on
-each of its named mutants."""
+"""`gates audit` — every bound falsification test must pass on the real code and fail, on an
+assertion, under each of its named mutants; a mutant whose seams do not hold is not run.
+
+    gates audit [--contract C] [--gate G] [--out runs/audit/audit.json] [--files FILE...]
+
+Exit 0 when every run is as it must be, 1 otherwise (a survivor, a crash, a broken seam)."""
 
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     def progress(row) -> None:
         print(f"  {row.test_id} {row.mutant or '(real code)'}: {row.verdict}", file=sys.stderr)
+        for why in [] if row.ok else row.why():
+            print(f"    {why}", file=sys.stderr)
 
     rows = run_audit(
         root,
@@ -42,7 +48,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
 def add_parser(sub: argparse._SubParsersAction, add_contract_arguments) -> None:
     p = sub.add_parser(
         "audit",
-        help="prove every bound test can fail: real code passes, each named mutant is killed",
+        help="prove every bound test can fail: real code passes, each named mutant is killed "
+        "by an assertion (seams checked first)",
     )
     p.add_argument("--contract", metavar="C")
     p.add_argument("--gate", metavar="G")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from trainer.cli import main
-from trainer.pipeline.state import STATE_FILE
+from trainer.runfiles.names import PIPELINE_STATE_FILE
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,7 +114,7 @@ def test_a_run_makes_every_artifact_and_a_summary(first_run):
     assert set(stage_lines(stdout).values()) == {"done"}
     for path in ("tokenizer/tokenizer.json", "data/manifest.json", "run.yaml",
                  "train/metrics.jsonl", "export/model.safetensors", "baseline.json",
-                 "plots/loss.png", "plots/loss.svg", "summary.json", STATE_FILE):  # fmt: skip
+                 "plots/loss.png", "plots/loss.svg", "summary.json", "pipeline.json"):  # fmt: skip
         assert (out / path).is_file(), path
     summary = json.loads((out / "summary.json").read_text())
     assert summary["tokenizer"]["vocab_size"] == 512
@@ -238,11 +238,11 @@ def test_a_damaged_pipeline_file_is_refused_and_left_alone(tmp_path, capsys, cor
     config = tiny_config(tmp_path / "tiny.yaml")
     out = tmp_path / "run"
     out.mkdir()
-    (out / STATE_FILE).write_text("{not json")
+    (out / PIPELINE_STATE_FILE).write_text("{not json")
     status, _, err = run_pipeline(capsys, pipeline_argv(config, out, corpus))
-    assert status == 1 and f"{out / STATE_FILE}: not readable as JSON" in err
-    assert (out / STATE_FILE).read_text() == "{not json"
-    assert sorted(p.name for p in out.iterdir()) == [STATE_FILE]
+    assert status == 1 and f"{out / PIPELINE_STATE_FILE}: not readable as JSON" in err
+    assert (out / PIPELINE_STATE_FILE).read_text() == "{not json"
+    assert sorted(p.name for p in out.iterdir()) == [PIPELINE_STATE_FILE]
 
 
 def test_an_invalid_config_trains_nothing(tmp_path, capsys, corpus):

@@ -158,17 +158,19 @@ def test_seed_v2_numbers_pass_the_algebra_and_fail_on_this_machine_for_honest_re
     assert code == 1
     failed = {k for k, s in report["sections"].items() if s["verdict"] == "FAIL"}
     assert {"data", "tokenizer"} <= failed  # the seed's paths do not exist here
-    if report["sections"]["memory"]["values"]["device"] == "cpu":  # fp16 is CUDA autocast
-        assert errors(report, "memory")[0]["field"] == "training.mixed_precision"
+    if report["sections"]["memory"]["values"]["device"] == "cpu":  # bf16 is CUDA autocast
+        assert errors(report, "config")[0]["field"] == "training.mixed_precision"
+        assert report["sections"]["memory"]["values"]["precision"] == "fp32"
 
 
-def test_seed_v2_fits_a_24_gib_card_in_fp16_autocast(capsys, monkeypatch):
+def test_seed_v2_fits_a_24_gib_card_in_bf16_autocast(capsys, monkeypatch):
     monkeypatch.chdir(REPO)
     argv = (V2, "--sequences", 67976, "--device", "cuda", "--device-memory", "24GiB")
     _, report = run_plan_json(capsys, *argv, "--no-timing")
     mem = report["sections"]["memory"]
     assert mem["verdict"] == "ok", mem["findings"]
-    assert mem["values"]["precision"] == "fp16"
+    assert mem["values"]["precision"] == "bf16"
+    assert report["sections"]["config"]["verdict"] == "ok"
     assert mem["values"]["device_bytes"] == 24 << 30
     assert 0.5 < mem["values"]["fraction"] < 0.9
     names = [item["name"] for item in mem["values"]["items"]]

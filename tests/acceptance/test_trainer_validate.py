@@ -100,7 +100,7 @@ def test_the_seed_v1_numbers_are_refused_at_their_yaml_lines(capsys):
 
 def test_a_forced_token_budget_passes_with_a_warning_and_is_reported_as_forced(capsys):
     path = FIXTURES / "valid" / "seed-v2-370m-forced.yaml"
-    rc, out, _ = run(capsys, "--json", str(path))
+    rc, out, _ = run(capsys, "--json", str(path), "--device", "cuda")  # bf16: a GPU run
     report = json.loads(out)
     assert rc == 0 and report["valid"] is True
     assert report["algebra"]["forced"] is True

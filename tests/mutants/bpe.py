@@ -12,9 +12,10 @@ def _wrong_tie_break(patch, tie) -> None:
     def entry(count, pair, seq):
         return (((bpe.COUNT_CAP - count) << 40 | tie(pair, seq)) << 42 | pair) << 40 | seq
 
-    def parts(e):
-        pair = (e >> 40) & pair_mask
-        return bpe.COUNT_CAP - (e >> 122), pair >> bpe.PAIR_BITS, pair & ((1 << 21) - 1), e & low40
+    def parts(entry):
+        pair = (entry >> 40) & pair_mask
+        count = bpe.COUNT_CAP - (entry >> 122)
+        return count, pair >> bpe.PAIR_BITS, pair & ((1 << 21) - 1), entry & low40
 
     patch.setattr(bpe, "_entry", entry)
     patch.setattr(bpe, "_entry_parts", parts)
@@ -32,7 +33,7 @@ def _ties_by_insertion(patch):
 
 @mutant("stale-heap-entry-accepted")
 def _stale_accepted(patch):
-    patch.setattr(bpe, "_is_stale", lambda stored, current: False)
+    patch.setattr(bpe, "_is_stale", lambda stored_count, current_count: False)
 
 
 @mutant("pair-counts-not-decremented")
@@ -70,7 +71,7 @@ def _full_recount(patch):
 
 @mutant("heap-never-rebuilt")
 def _never_rebuilt(patch):
-    patch.setattr(bpe, "_rebuild_needed", lambda entries, live: False)
+    patch.setattr(bpe, "_rebuild_needed", lambda entries, live_pairs: False)
 
 
 @mutant("progress-never-printed")
@@ -83,5 +84,5 @@ def _no_top_count(patch):
     patch.setattr(
         training,
         "format_progress",
-        lambda merges, seconds, top, heap: f"[bpe] merges={merges} heap={heap}",
+        lambda merges, seconds, top_count, heap: f"[bpe] merges={merges} heap={heap}",
     )

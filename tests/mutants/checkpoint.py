@@ -21,7 +21,7 @@ from trainer.checkpoint import state as state_file
 from trainer.checkpoint.durable import write_json
 from trainer.checkpoint.layout import MANIFEST_FILE, MODEL_FILE
 from trainer.model import llama
-from trainer.train import checkpointing, guards, loop, optim
+from trainer.train import checkpointing, components, guards, loop, optim
 
 
 # ---------------------------------------------------------------- what is saved / restored
@@ -82,7 +82,7 @@ def _rng_reseeded(patch):
 
 @mutant("step-counter-off-by-one-on-resume")
 def _repeat_one_step(patch):
-    patch.setattr(checkpointing, "first_step_after", lambda state: state.step)  # repeats it
+    patch.setattr(components, "first_step_after", lambda step: step)  # repeats it
 
 
 @mutant("save-interval-off-by-one")
@@ -120,8 +120,8 @@ def _save_on_abort(patch):
 def _no_final_save(patch):
     real = checkpointing.Checkpointer.save
 
-    def only_on_interval(self, step, model, optimizer, state):
-        return real(self, step, model, optimizer, state) if self.due(step) else None
+    def only_on_interval(self, step, *args, **kwargs):
+        return real(self, step, *args, **kwargs) if self.due(step) else None
 
     patch.setattr(checkpointing.Checkpointer, "save", only_on_interval)
 

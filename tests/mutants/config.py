@@ -16,14 +16,19 @@ def _ceil_steps_per_epoch(patch):
     patch.setattr(
         algebra,
         "steps_per_epoch",
-        lambda n, b, g, world=1: -(-n // (b * g * world)),
+        lambda sequences, micro_batch, grad_accum, world_size=1: (
+            -(-sequences // (micro_batch * grad_accum * world_size))
+        ),
     )
 
 
 @mutant("grad-accum-ignored")
 def _no_grad_accum(patch):
     # Counts micro-batches as optimizer steps: 5519 per epoch for the seed.
-    patch.setattr(algebra, "steps_per_epoch", lambda n, b, g, world=1: n // (b * world))
+    def micro_batches_per_epoch(sequences, micro_batch, grad_accum, world_size=1):
+        return sequences // (micro_batch * world_size)
+
+    patch.setattr(algebra, "steps_per_epoch", micro_batches_per_epoch)
 
 
 @mutant("first-violation-only")
@@ -51,14 +56,14 @@ def _tokens_without_accum(patch):
     patch.setattr(
         algebra,
         "token_count",
-        lambda x, steps_: steps_ * x.micro_batch * x.world_size * x.seq_len,
+        lambda x, steps: steps * x.micro_batch * x.world_size * x.seq_len,
     )
 
 
 @mutant("token-count-uses-max-steps")
 def _tokens_of_max_steps(patch):
     real = algebra.token_count
-    patch.setattr(algebra, "token_count", lambda x, steps_: real(x, x.max_steps))
+    patch.setattr(algebra, "token_count", lambda x, steps: real(x, x.max_steps))
 
 
 @mutant("chinchilla-warning-is-error")

@@ -127,16 +127,13 @@ def _padding_counted(patch):
 # ---------------------------------------------------------------- FALSIFY-TRAIN-LOOP-006
 @mutant("optimizer-step-before-finite-check")
 def _step_before_check(patch):
-    def step(model, optimizer, micro_batches, *, step, lr, settings, autocast, hooks):
-        optim.apply_lr(optimizer, lr)
-        loop._zero_grad(optimizer)
-        step_loss, count = loop.loss.accumulate_gradients(model, micro_batches, autocast=autocast)
-        grad_norm = optim.clip_gradients(model.parameters(), settings.grad_clip)
+    # The update in the wrong order: the weights move, then the (real, rank-agreed) check.
+    def step_then_check(optimizer, model, *, step, step_loss, grad_norm, world, hooks):
+        hooks.before_optimizer_step(step, optimizer, model)
         optimizer.step()
-        guards.check_finite(step, step_loss, grad_norm)
-        return step_loss, grad_norm, count
+        loop._check_finite_on_every_rank(step, step_loss, grad_norm, world)
 
-    patch.setattr(loop, "_train_step", step)
+    patch.setattr(loop, "_update", step_then_check)
 
 
 @mutant("nan-loss-logged-and-continued")

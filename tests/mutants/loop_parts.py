@@ -22,7 +22,9 @@ def _patience_ignored(patch):
     patch.setattr(
         guards,
         "_should_stop",
-        lambda evals, since, patience, min_evals: evals >= min_evals and since >= 1,
+        lambda evals, evals_since_best, patience, min_evals: (
+            evals >= min_evals and evals_since_best >= 1
+        ),
     )
 
 
@@ -31,14 +33,18 @@ def _patience_off_by_one(patch):  # stops after 4 non-improving evaluations inst
     patch.setattr(
         guards,
         "_should_stop",
-        lambda evals, since, patience, min_evals: evals >= min_evals and since >= patience - 1,
+        lambda evals, evals_since_best, patience, min_evals: (
+            evals >= min_evals and evals_since_best >= patience - 1
+        ),
     )
 
 
 @mutant("min-evals-ignored")
 def _min_evals_ignored(patch):
     patch.setattr(
-        guards, "_should_stop", lambda evals, since, patience, min_evals: since >= patience
+        guards,
+        "_should_stop",
+        lambda evals, evals_since_best, patience, min_evals: evals_since_best >= patience,
     )
 
 
@@ -100,13 +106,15 @@ def _clipping_not_applied(patch):
 # ---------------------------------------------------------------- FALSIFY-TRAIN-LOOP-009
 @mutant("loss-reduced-by-sum")
 def _loss_sum(patch):
-    patch.setattr(loss, "_micro_batch_loss", lambda token_losses, targets, **_: token_losses.sum())
+    patch.setattr(
+        loss, "_micro_batch_loss", lambda token_losses, targets, batch: token_losses.sum()
+    )
 
 
 @mutant("loss-mean-per-micro-batch")
 def _loss_mean_per_micro_batch(patch):
-    def own_mean_over_micro_batches(token_losses, targets, *, num_micro_batches, **_):
-        return token_losses.sum() / loss._is_target(targets).sum() / num_micro_batches
+    def own_mean_over_micro_batches(token_losses, targets, batch):
+        return token_losses.sum() / loss._is_target(targets).sum() / batch.micro_batches
 
     patch.setattr(loss, "_micro_batch_loss", own_mean_over_micro_batches)
 
@@ -118,9 +126,9 @@ def _padding_counted(patch):  # every position counts in the denominator
 
 @mutant("loss-mean-per-sequence")
 def _loss_mean_per_sequence(patch):
-    def mean_of_sequence_means(token_losses, targets, *, global_sequences, **_):
+    def mean_of_sequence_means(token_losses, targets, batch):
         per_sequence = loss._is_target(targets).sum(dim=1).clamp(min=1)
-        return (token_losses.sum(dim=1) / per_sequence).sum() / global_sequences
+        return (token_losses.sum(dim=1) / per_sequence).sum() / batch.sequences
 
     patch.setattr(loss, "_micro_batch_loss", mean_of_sequence_means)
 

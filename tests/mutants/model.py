@@ -40,7 +40,11 @@ def _kv_heads_equal_heads(patch):
 
 @mutant("bias-added")
 def _bias_added(patch):
-    patch.setattr(llama, "_linear", lambda i, o: nn.Linear(i, o, bias=True))
+    patch.setattr(
+        llama,
+        "_linear",
+        lambda in_features, out_features: nn.Linear(in_features, out_features, bias=True),
+    )
 
 
 def _rows_mutant(patch, rows):
@@ -59,7 +63,11 @@ def _vocab_off_by_one(patch):
 
 @mutant("vocab-check-uses-le")
 def _vocab_check_le(patch):
-    patch.setattr(vocab, "_vocab_sizes_agree", lambda model, tokenizer: tokenizer <= model)
+    patch.setattr(
+        vocab,
+        "_vocab_sizes_agree",
+        lambda model_vocab_size, tokenizer_vocab_size: tokenizer_vocab_size <= model_vocab_size,
+    )
 
 
 @mutant("head-dim-derived-by-floor")

@@ -26,7 +26,7 @@ from safetensors.torch import save_file
 
 from gates.files import fsync_dir, fsync_file
 from trainer.checkpoint.durable import write_json
-from trainer.checkpoint.layout import MODEL_FILE, STATE_FILE, CheckpointError
+from trainer.checkpoint.layout import CHECKPOINT_STATE_FILE, MODEL_FILE, CheckpointError
 from trainer.checkpoint.verify import verify_checkpoint
 from trainer.model import hf, llama
 from trainer.model.config import LlamaConfig
@@ -166,11 +166,11 @@ def export_checkpoint(
     model = llama.build_model(cfg, device="meta")
     hf.load_weights(model, checkpoint / MODEL_FILE)
     if tokenizer_dir is None:
-        named = json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8"))
+        named = json.loads((checkpoint / CHECKPOINT_STATE_FILE).read_text(encoding="utf-8"))
         tokenizer_dir = named.get("tokenizer_dir")
         if tokenizer_dir is not None and not Path(tokenizer_dir).exists():
             raise ExportError(
-                f"{checkpoint / STATE_FILE}: names tokenizer directory {tokenizer_dir}, "
+                f"{checkpoint / CHECKPOINT_STATE_FILE}: names tokenizer directory {tokenizer_dir}, "
                 "which does not exist; pass --tokenizer"
             )
     return export_model(model, out_dir, tokenizer_dir=tokenizer_dir)

@@ -13,6 +13,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+# Where `trainer apply` keeps a run's checkpoints: a name of the run directory's, not of a
+# checkpoint's (trainer/runfiles/names.py); importable from here too, where the loop looks.
+from trainer.runfiles.names import CHECKPOINTS_DIR  # noqa: F401 - re-exported
+
 FORMAT = "shipgate-checkpoint"
 FORMAT_VERSION = 1
 
@@ -20,14 +24,12 @@ MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 RNG_TENSOR_FILE = "rng.safetensors"
 RNG_JSON_FILE = "rng.json"
-STATE_FILE = "state.json"
+CHECKPOINT_STATE_FILE = "state.json"
 MANIFEST_FILE = "manifest.json"
 LATEST_POINTER = "latest"
-#: Where `trainer apply` keeps a run's checkpoints, inside its output directory.
-CHECKPOINTS_DIR = "checkpoints"
 
 # Written in this order; the manifest comes after all of them (INV-TRAIN-LOOP-013).
-DATA_FILES = (MODEL_FILE, OPTIMIZER_FILE, RNG_TENSOR_FILE, RNG_JSON_FILE, STATE_FILE)
+DATA_FILES = (MODEL_FILE, OPTIMIZER_FILE, RNG_TENSOR_FILE, RNG_JSON_FILE, CHECKPOINT_STATE_FILE)
 
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 STAGING_SUFFIX = ".tmp"

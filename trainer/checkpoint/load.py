@@ -25,11 +25,11 @@ from torch import nn
 from trainer.checkpoint import optimizer_state, rng
 from trainer.checkpoint import state as state_file
 from trainer.checkpoint.layout import (
+    CHECKPOINT_STATE_FILE,
     MODEL_FILE,
     OPTIMIZER_FILE,
     RNG_JSON_FILE,
     RNG_TENSOR_FILE,
-    STATE_FILE,
     CheckpointError,
     checkpoint_dirs,
 )
@@ -83,7 +83,9 @@ def _read_json(path: Path) -> dict:
 def read_state(path: Path) -> TrainingState:
     """state.json of a verified checkpoint."""
     verify_checkpoint(path)
-    return state_file.state_from_json(_read_json(path / STATE_FILE), source=str(path / STATE_FILE))
+    return state_file.state_from_json(
+        _read_json(path / CHECKPOINT_STATE_FILE), source=str(path / CHECKPOINT_STATE_FILE)
+    )
 
 
 def load_checkpoint(
@@ -102,7 +104,9 @@ def load_checkpoint(
     load_state_dict)."""
     path = Path(path)
     verify_checkpoint(path, architecture=model.config)
-    state = state_file.state_from_json(_read_json(path / STATE_FILE), source=str(path / STATE_FILE))
+    state = state_file.state_from_json(
+        _read_json(path / CHECKPOINT_STATE_FILE), source=str(path / CHECKPOINT_STATE_FILE)
+    )
     hf.load_weights(model, path / MODEL_FILE, load=None if loaders is None else loaders.model)
     if optimizer is not None:
         optimizer_state.restore_optimizer(
@@ -115,11 +119,11 @@ def load_checkpoint(
         )
     if restore_random:
         source = str(path / RNG_JSON_FILE)
-        tensors, states = rng.rank_rng(
-            _read_tensors(path / RNG_TENSOR_FILE),
-            _read_json(path / RNG_JSON_FILE),
-            rank=rank,
-            source=source,
-        )
+        tensors, states = rng.rank_rng(*read_rng(path), rank=rank, source=source)
         rng.restore_rng(tensors, states, source=source)
     return state
+
+
+def read_rng(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
+    """The RNG files of a verified checkpoint: every rank's generators (rng.rank_rng)."""
+    return _read_tensors(path / RNG_TENSOR_FILE), _read_json(path / RNG_JSON_FILE)

@@ -17,14 +17,14 @@ import shutil
 from pathlib import Path
 
 from gates.files import fsync_dir
-from trainer.checkpoint.layout import STAGING_SUFFIX, STATE_FILE, checkpoint_dirs
+from trainer.checkpoint.layout import CHECKPOINT_STATE_FILE, STAGING_SUFFIX, checkpoint_dirs
 from trainer.checkpoint.verify import inspect_checkpoint
 
 DELETING_SUFFIX = ".deleting"
 
 
 def _val_loss(path: Path) -> float | None:
-    value = json.loads((path / STATE_FILE).read_text(encoding="utf-8")).get("val_loss")
+    value = json.loads((path / CHECKPOINT_STATE_FILE).read_text(encoding="utf-8")).get("val_loss")
     return None if value is None else float(value)
 
 

@@ -30,6 +30,7 @@ from gates.files import atomic_write_text, fsync_dir, fsync_file
 from trainer.checkpoint import optimizer_state, rng
 from trainer.checkpoint.durable import write_json
 from trainer.checkpoint.layout import (
+    CHECKPOINT_STATE_FILE,
     LATEST_POINTER,
     MANIFEST_FILE,
     MODEL_FILE,
@@ -37,7 +38,6 @@ from trainer.checkpoint.layout import (
     RNG_JSON_FILE,
     RNG_TENSOR_FILE,
     STAGING_SUFFIX,
-    STATE_FILE,
     CheckpointError,
     step_dir_name,
 )
@@ -109,14 +109,14 @@ def save_checkpoint(
     model: Llama,
     optimizer: torch.optim.Optimizer,
     state: TrainingState,
-    rank_rng: list[tuple[dict[str, torch.Tensor], dict]] | None = None,
+    rng_state: tuple[dict[str, torch.Tensor], dict] | None = None,
     gathered: Gathered | None = None,
 ) -> Path:
     """Write checkpoint ``step`` of ``run_dir`` and point ``latest`` at it; returns its path.
 
-    ``rank_rng``: under data parallelism, every rank's ``rng.capture_rng()`` in rank order
-    (rank 0, the writer, first); None captures this process's generators. ``gathered``:
-    the full state of a sharded ``model`` and ``optimizer`` (written instead of theirs)."""
+    ``rng_state``: (tensors, states) of the RNG files; under data parallelism every rank's
+    generators (``rng.merge_ranks``); None captures this process's. ``gathered``: the full
+    state of a sharded ``model`` and ``optimizer`` (written instead of theirs)."""
     run_dir = Path(run_dir)
     if state.step != step:
         raise CheckpointError(f"state.json says step {state.step}, saving step {step}")
@@ -135,9 +135,7 @@ def save_checkpoint(
         else:
             opt_tensors, groups = optimizer_state.named_state_tensors(gathered.optimizer)
             weights = gathered.weights
-        rng_tensors, rng_states = (
-            rng.capture_rng() if rank_rng is None else rng.merge_ranks(rank_rng)
-        )
+        rng_tensors, rng_states = rng.capture_rng() if rng_state is None else rng_state
         full_state = dataclasses.replace(state, optimizer_groups=groups)
         write_model: Writer = (
             (lambda p: _write_model(model, p))
@@ -149,7 +147,7 @@ def save_checkpoint(
             (OPTIMIZER_FILE, lambda p: _write_optimizer(opt_tensors, p)),
             (RNG_TENSOR_FILE, lambda p: _write_safetensors(rng_tensors, p)),
             (RNG_JSON_FILE, lambda p: write_json(p, rng_states)),
-            (STATE_FILE, lambda p: write_json(p, full_state.to_json())),
+            (CHECKPOINT_STATE_FILE, lambda p: write_json(p, full_state.to_json())),
         ]
         _write_files(
             staging,

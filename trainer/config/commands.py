@@ -1,13 +1,17 @@
 """`trainer validate CONFIG [--json]` — check a run config without data, model or GPU.
 
-Checks the YAML, the schema (trainer/config/schema.json), the architecture, and the
+Checks the YAML, the schema (trainer/config/schema.json), the architecture, the
 C-TRAINCFG-001 rules that need no sequence count (warmup <= 10 % of max_steps, warmup <
-max_steps, min_lr = 0.1 x lr, tokens per parameter at their upper bound). Steps per epoch,
-the epochs cap and the reachable steps need N, which ``trainer plan`` counts from the
-shard manifest. Fast enough for CI: no torch import. The checks are
-trainer/config/validate.py's (`trainer apply` and `trainer pipeline` make them too).
+max_steps, min_lr = 0.1 x lr, tokens per parameter at their upper bound), and the values
+the device cannot honour (mixed_precision: fp16 anywhere, bf16 off CUDA;
+trainer/config/device.py). Steps per epoch, the epochs cap and the reachable steps need N,
+which ``trainer plan`` counts from the shard manifest. Fast enough for CI: no torch import
+(except --device auto with bf16, to ask whether this machine has CUDA). The checks are
+trainer/config/validate.py's (`trainer apply` and `trainer pipeline` make them too, for
+the device they run on).
 
     trainer validate configs/quickstart.yaml           # exit 0 valid, 1 invalid
+    trainer validate configs/llama-370m.yaml --device cuda   # checked for a GPU run
     file:line:column: error FIELD: message (hint)       # one line per problem
 """
 
@@ -19,6 +23,7 @@ from pathlib import Path
 
 from trainer import exit_codes
 from trainer.config.algebra import DataFreeReport
+from trainer.config.device import DEVICES
 from trainer.config.load import RunConfig
 from trainer.config.validate import CONTRACT, validate
 from trainer.model.params import param_count
@@ -66,7 +71,7 @@ def _alert_lines(cfg: RunConfig) -> list[str]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    findings, cfg, report = validate(args.config, args.world_size)
+    findings, cfg, report = validate(args.config, args.world_size, args.device)
     errors = [f for f in findings if f.severity == "error"]
     if args.json:
         print(
@@ -78,6 +83,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                     "algebra": report.to_json() if report else None,
                     "params": param_count(cfg.model) if cfg else None,
                     "world_size": args.world_size,
+                    "device": args.device,
                     "not_checked": NOT_CHECKED,
                 },
                 indent=2,
@@ -103,6 +109,13 @@ def add_validate_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("config", type=Path, metavar="CONFIG")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="the device the run is checked for (default auto: what no device can run is "
+        "an error, what this machine cannot run a warning)",
+    )
     add_world_size_argument(p)
     p.set_defaults(run=cmd_validate)
 

@@ -3,7 +3,7 @@ frozen dataclasses, or report every problem with its file, line, column and fiel
 
     cfg = load_config(Path("configs/quickstart.yaml"))     # raises ConfigError(findings)
     cfg.model                  # trainer.model.config.LlamaConfig (preset + overrides)
-    cfg.training.max_steps     # defaults filled from schema.json
+    cfg.training.max_steps     # omitted keys take the section dataclass's default
     cfg.line_of("training.epochs")                         # 1-based YAML line, or None
 
 Checks, all reported together, never as a traceback: the YAML itself (gates/source.py:
@@ -22,6 +22,12 @@ author asked for and is reported as a wrong type.
 Paths (data.shards, data.tokenizer, training.output_dir) are kept as written; relative
 ones resolve against the current working directory, as the seed's configs assume.
 No torch import (``trainer validate`` must start fast).
+
+The section dataclasses below (DataConfig, OptimizerConfig, TrainingConfig,
+MonitoringConfig) are the run-config model: each field's unit and meaning, and its
+default. schema.json validates the file and repeats the defaults for editors and readers;
+tests/unit/trainer/test_config_model.py proves the two agree on every key, type, default
+and enum.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar, get_args, get_type_hints
 
 from jsonschema import Draft202012Validator, validators
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
@@ -99,51 +105,73 @@ class ConfigError(Exception):
         super().__init__("\n".join(f.render() for f in self.findings))
 
 
-@dataclass(frozen=True)
+# ---------------------------------------------------------------- the run-config model
+# One frozen dataclass per section of the YAML file. A field without a default is a key
+# the file must give; kw_only lets a required key follow defaulted ones in file order.
+# A Literal annotation is the key's full set of values (the schema's enum).
+OptimizerName = Literal["adamw"]
+Scheduler = Literal["cosine"]
+Precision = Literal["fp32", "bf16", "fp16"]
+DataParallel = Literal["ddp", "fsdp"]
+
+
+@dataclass(frozen=True, kw_only=True)
 class DataConfig:
-    shards: Path  # encoded directory (manifest.json); relative to the working directory
-    tokenizer: Path
+    """``data:`` — what the run reads. Every key is required."""
+
+    shards: Path  # directory from `trainer data encode` (manifest.json: train and val splits)
+    tokenizer: Path  # tokenizer directory, or its tokenizer.json
     micro_batch: int  # sequences per forward/backward on one rank
-    seq_len: int  # tokens per sequence
+    seq_len: int  # tokens per training sequence (the model's input length)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OptimizerConfig:
-    name: str
-    lr: float  # peak learning rate
-    min_lr: float  # end of the cosine; 0.1 * lr unless given
-    min_lr_given: bool  # written in the file (else the default)
-    beta1: float
-    beta2: float
-    eps: float
-    weight_decay: float
-    grad_clip: float | None  # None: no clipping
+    """``optimizer:`` — AdamW and its peak learning rate; only ``lr`` is required."""
+
+    name: OptimizerName = "adamw"  # the one optimizer this trainer runs
+    lr: float  # peak learning rate, reached at the end of warmup
+    # Not a static default: when the file omits min_lr, _build derives 0.1 x lr (INV-CFG-006).
+    min_lr: float  # learning rate at the end of the cosine decay
+    min_lr_given: bool  # derived, not a YAML key: whether the file wrote min_lr
+    beta1: float = 0.9  # AdamW's first-moment (gradient mean) decay per step
+    beta2: float = 0.95  # AdamW's second-moment (squared gradient) decay per step
+    eps: float = 1e-8  # added to the second moment's square root: a floor on the divisor
+    weight_decay: float = 0.1  # decoupled decay of the "decay" group (trainer/train/optim.py)
+    grad_clip: float | None = 1.0  # cap on the global L2 gradient norm; None: no clipping
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainingConfig:
-    epochs: int
-    max_steps: int
-    warmup_steps: int
-    gradient_accumulation: int
-    lr_scheduler: str
-    mixed_precision: str  # fp32 | bf16 | fp16
-    seed: int
-    eval_interval: int
-    save_interval: int
-    output_dir: Path
-    force_token_budget: bool
+    """``training:`` — the schedule, precision, evaluation and checkpoints of the run."""
+
+    epochs: int  # cap on passes over the training split (C-TRAINCFG-001)
+    max_steps: int  # optimizer steps of the run, and the LR schedule's length
+    warmup_steps: int  # linear warmup steps; at most 10 % of max_steps (INV-CFG-004)
+    gradient_accumulation: int = 1  # micro-batches per optimizer step
+    lr_scheduler: Scheduler = "cosine"  # linear warmup, then cosine from lr to min_lr
+    # bf16 is autocast on CUDA. Refused before anything is written (trainer/config/device.py):
+    # fp16 on every device (the loop runs no grad scaler), bf16 off CUDA (a CPU trains fp32).
+    mixed_precision: Precision = "fp32"
+    seed: int = 42  # the one seed of model init, data order and every RNG of the run
+    eval_interval: int = 1000  # steps between validation-loss evaluations
+    save_interval: int = 1000  # steps between checkpoints (the last step is always saved)
+    output_dir: Path  # run directory: run_manifest.json, metrics.jsonl, checkpoints/
+    force_token_budget: bool = False  # run under 10 tokens/parameter (INV-CFG-005), recorded
     wrap_around: bool = True  # a new epoch when the split is used up; off: exhaustion is an error
-    early_stopping: bool = False
+    early_stopping: bool = False  # stop after 5 evaluations without improvement
     eval_tokens: int = 131_072  # validation target tokens per evaluation (capped at the split)
     compile: bool = False  # torch.compile the model
-    keep_checkpoints: int = 2  # the newest K plus the best by validation loss
-    data_parallel: str = "ddp"  # ddp | fsdp: the strategy of a torchrun (multi-process) run
+    keep_checkpoints: int = 2  # the newest K (>= 2) plus the best by validation loss
+    data_parallel: DataParallel = "ddp"  # strategy of a torchrun (multi-process) run
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MonitoringConfig:
-    log_interval: int
+    """``monitoring:`` — optional as a whole; every key has a default."""
+
+    # Only the terminal progress line; metrics.jsonl records every step.
+    log_interval: int = 10  # steps between progress lines
     alerts: tuple[AlertRule, ...] = ()  # checked by the loop after every step, in file order
 
 
@@ -492,9 +520,32 @@ def _positions(tree: Any, prefix: tuple = ()) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _with_defaults(section: str, given: dict) -> dict:
-    props = schema()["properties"][section]["properties"]
-    return {k: given.get(k, spec.get("default")) for k, spec in props.items()}
+_Section = TypeVar("_Section")
+
+
+@cache
+def _field_types(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def _as_field_type(kind: Any, value: Any) -> Any:
+    """A YAML value as its field's type: a path as Path, a number as float (YAML reads
+    ``lr: 1`` as an int); anything else is already what the schema let through."""
+    if value is None:
+        return None
+    if kind is Path:
+        return Path(value)
+    if kind is float or float in get_args(kind):
+        return float(value)
+    return value
+
+
+def _section(cls: type[_Section], given: dict, **derived: Any) -> _Section:
+    """``cls`` from the keys the file gives; the dataclass's own defaults fill the rest.
+    ``derived`` values (not YAML scalars as written) replace given ones."""
+    types = _field_types(cls)
+    values = {key: _as_field_type(types[key], value) for key, value in given.items()}
+    return cls(**(values | derived))
 
 
 # ---------------------------------------------------------------- entry point
@@ -587,55 +638,27 @@ def load_config(path: Path | str) -> RunConfig:
 
 def _build(src: YamlSource, model_cfg: LlamaConfig) -> RunConfig:
     d = src.data
-    data = d["data"]
-    opt = _with_defaults("optimizer", d["optimizer"])
-    training = _with_defaults("training", d["training"])
-    monitoring = _with_defaults("monitoring", d.get("monitoring") or {})
-    min_lr_given = opt["min_lr"] is not None
+    opt = d["optimizer"]
+    monitoring = d.get("monitoring") or {}
+    min_lr_given = opt.get("min_lr") is not None
+    lr = float(opt["lr"])
     return RunConfig(
         path=src.path,
         name=d.get("name"),
         model=model_cfg,
         model_preset=d["model"].get("preset"),
-        data=DataConfig(
-            shards=Path(data["shards"]),
-            tokenizer=Path(data["tokenizer"]),
-            micro_batch=data["micro_batch"],
-            seq_len=data["seq_len"],
-        ),
-        optimizer=OptimizerConfig(
-            name=opt["name"],
-            lr=float(opt["lr"]),
-            min_lr=float(opt["min_lr"]) if min_lr_given else default_min_lr(float(opt["lr"])),
+        data=_section(DataConfig, d["data"]),
+        optimizer=_section(
+            OptimizerConfig,
+            opt,
+            min_lr=float(opt["min_lr"]) if min_lr_given else default_min_lr(lr),
             min_lr_given=min_lr_given,
-            beta1=float(opt["beta1"]),
-            beta2=float(opt["beta2"]),
-            eps=float(opt["eps"]),
-            weight_decay=float(opt["weight_decay"]),
-            grad_clip=None if opt["grad_clip"] is None else float(opt["grad_clip"]),
         ),
-        training=TrainingConfig(
-            epochs=training["epochs"],
-            max_steps=training["max_steps"],
-            warmup_steps=training["warmup_steps"],
-            gradient_accumulation=training["gradient_accumulation"],
-            lr_scheduler=training["lr_scheduler"],
-            mixed_precision=training["mixed_precision"],
-            seed=training["seed"],
-            eval_interval=training["eval_interval"],
-            save_interval=training["save_interval"],
-            output_dir=Path(training["output_dir"]),
-            force_token_budget=training["force_token_budget"],
-            wrap_around=training["wrap_around"],
-            early_stopping=training["early_stopping"],
-            eval_tokens=training["eval_tokens"],
-            compile=training["compile"],
-            keep_checkpoints=training["keep_checkpoints"],
-            data_parallel=training["data_parallel"],
-        ),
-        monitoring=MonitoringConfig(
-            log_interval=monitoring["log_interval"],
-            alerts=tuple(parse_rule(entry) for entry in monitoring["alerts"]),
+        training=_section(TrainingConfig, d["training"]),
+        monitoring=_section(
+            MonitoringConfig,
+            monitoring,
+            alerts=tuple(parse_rule(entry) for entry in monitoring.get("alerts", ())),
         ),
         positions=_positions(src.tree),
     )

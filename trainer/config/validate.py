@@ -1,12 +1,14 @@
 """A run config's findings without data, model or GPU: what `trainer validate` prints,
 and the first check of `trainer apply` and `trainer pipeline`.
 
-    findings, cfg, report = validate(Path("configs/quickstart.yaml"))
+    findings, cfg, report = validate(Path("configs/quickstart.yaml"), device="cpu")
     errors = [f for f in findings if f.severity == "error"]
 
 The YAML, the schema (trainer/config/schema.json), the architecture, the C-TRAINCFG-001
-rules that need no sequence count (trainer/config/algebra.py's data-free report) and the
-alert rules the config can never check. No torch import.
+rules that need no sequence count (trainer/config/algebra.py's data-free report), the
+values the device cannot honour (trainer/config/device.py) and the alert rules the config
+can never check. No torch import, except to ask for CUDA when ``device`` is auto and the
+answer matters (bf16).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainer.config.algebra import DataFreeReport, RuleResult, evaluate_data_free
+from trainer.config.device import device_findings
 from trainer.config.load import ConfigError, ConfigFinding, RunConfig, load_config
 from trainer.model.params import param_count
 
@@ -32,11 +35,13 @@ def rule_finding(cfg: RunConfig, result: RuleResult, severity: str) -> ConfigFin
 
 
 def validate(
-    path: Path, world_size: int = 1
+    path: Path, world_size: int = 1, device: str = "auto"
 ) -> tuple[list[ConfigFinding], RunConfig | None, DataFreeReport | None]:
     """(findings, config, data-free algebra report); config and report are None when the
     file does not load. ``world_size``: the data-parallel processes the run will have (a
-    global batch is micro_batch x gradient_accumulation x world_size sequences)."""
+    global batch is micro_batch x gradient_accumulation x world_size sequences).
+    ``device``: auto | cpu | cuda, the device the run is checked for; auto refuses only
+    what no device honours and warns about what this machine cannot."""
     try:
         cfg = load_config(path)
     except ConfigError as exc:
@@ -46,6 +51,7 @@ def validate(
     )
     findings = [rule_finding(cfg, v, "error") for v in report.violations]
     findings += [rule_finding(cfg, w, "warning") for w in report.warnings]
+    findings += device_findings(cfg, device)
     findings += alert_warnings(cfg)
     findings.sort(key=lambda f: (f.severity != "error", f.line or 0, f.column or 0))
     return findings, cfg, report

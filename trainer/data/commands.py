@@ -36,7 +36,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
     try:
         if args.input and args.site_packages:
             raise CorpusEncodeError("--site-packages applies to the embedded corpus only")
-        files, skipped = corpus_files(args.input, args.site_packages)
+        files, skipped = corpus_files(args.input, args.site_packages, _stderr)
         _stderr(f"[data] {len(files)} files")
         manifest = encode_corpus(
             files,

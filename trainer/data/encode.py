@@ -29,7 +29,6 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -66,16 +65,18 @@ class CorpusEncodeError(ValueError):
 ENCODE_ERRORS = (ShardError, TokenizerFileError, CorpusReadError, CorpusEncodeError)
 
 
-def corpus_files(inputs: list[Path], site_packages: bool) -> tuple[list[Path], int]:
+def corpus_files(
+    inputs: list[Path], site_packages: bool, progress: Callable[[str], None] | None = None
+) -> tuple[list[Path], int]:
     """(files in a deterministic order, files skipped): what `trainer data encode --input
     PATH...` encodes. Inputs as given, directories walked sorted; without inputs, the
-    embedded corpus minus its undecodable files."""
+    embedded corpus minus its undecodable files, described in a ``[data]`` line to
+    ``progress`` (the command's stderr)."""
     if not inputs:
         corpus = embedded_corpus(site_packages=site_packages)
         source = "standard library" + (" + site-packages" if site_packages else "")
-        print(
-            f"[data] embedded corpus: {source}, {corpus.description}", file=sys.stderr, flush=True
-        )
+        if progress is not None:
+            progress(f"[data] embedded corpus: {source}, {corpus.description}")
         return list(corpus.files), len(corpus.skipped)
     files = walk(inputs)
     if not files:

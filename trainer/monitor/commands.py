@@ -47,7 +47,7 @@ def watch(run_dir: Path, interval: float, console: object) -> int:
 
     from trainer.monitor.snapshot import take_snapshot  # noqa: PLC0415
     from trainer.monitor.view import render  # noqa: PLC0415
-    from trainer.runfiles.metrics_file import END_STATUSES  # noqa: PLC0415
+    from trainer.runfiles.training_state import END_STATUSES  # noqa: PLC0415
 
     snap = take_snapshot(run_dir)
     try:

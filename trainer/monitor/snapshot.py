@@ -37,15 +37,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.checkpoint.layout import CHECKPOINTS_DIR, MANIFEST_FILE, checkpoint_dirs, step_of
-from trainer.runfiles.metrics_file import (
-    END_STATUSES,
+from trainer.checkpoint.layout import MANIFEST_FILE, checkpoint_dirs, step_of
+from trainer.runfiles.metrics_file import MetricsFileError, parse_line
+from trainer.runfiles.names import (
+    CHECKPOINTS_DIR,
     METRICS_FILE,
-    RUN_MANIFEST,
-    STATE_FILE,
-    MetricsFileError,
-    parse_line,
+    RUN_MANIFEST_FILE,
+    TRAINING_STATE_FILE,
 )
+from trainer.runfiles.training_state import END_STATUSES
 
 TAIL_BYTES = 256 * 1024  # ~1,200 metrics lines: enough for the series, cheap every refresh
 SERIES = 60  # points in a sparkline
@@ -300,11 +300,11 @@ def take_snapshot(run_dir: Path, *, now: float | None = None) -> Snapshot:
         raise RunDirError(f"{run_dir}: no such directory")
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir}: not a directory")
-    state_path, metrics_path = run_dir / STATE_FILE, run_dir / METRICS_FILE
+    state_path, metrics_path = run_dir / TRAINING_STATE_FILE, run_dir / METRICS_FILE
     state = _read_state(state_path)
     if state is None and not metrics_path.is_file():
         raise RunDirError(
-            f"{run_dir}: not a run directory (neither {STATE_FILE} nor {METRICS_FILE}); "
+            f"{run_dir}: not a run directory (neither {TRAINING_STATE_FILE} nor {METRICS_FILE}); "
             "a run writes them from its first step"
         )
     records = read_metrics_tail(metrics_path) if metrics_path.is_file() else []
@@ -333,7 +333,7 @@ def take_snapshot(run_dir: Path, *, now: float | None = None) -> Snapshot:
     else:
         status = "running"
 
-    started = _mtime(run_dir / RUN_MANIFEST)
+    started = _mtime(run_dir / RUN_MANIFEST_FILE)
     if started is not None and stamps:
         elapsed = (max(stamps) if status in END_STATUSES else now) - started
     else:

@@ -7,11 +7,12 @@ import json
 import sys
 from pathlib import Path
 
-from trainer import exit_codes
+from trainer import exit_codes, terminal
 from trainer.oracle.run import RATIO_LIMIT, SEEDS, run_seeds
 
 
 def main(argv: list[str] | None = None) -> int:
+    terminal.install()  # the trainer's log records on stderr as "trainer: ..." lines
     parser = argparse.ArgumentParser(prog="python -m trainer.oracle", description=__doc__)
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument("--out", type=Path, help="write the per-seed results as JSON")

@@ -45,6 +45,14 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _stdout(line: str) -> None:
+    print(line, flush=True)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def cmd_pipeline(args: argparse.Namespace) -> int:
     from trainer.pipeline.run import Pipeline, PipelineOptions  # noqa: PLC0415
     from trainer.pipeline.state import PipelineError  # noqa: PLC0415
@@ -66,7 +74,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         gates=not args.no_gates,
     )
     try:
-        summary = Pipeline(options).run()
+        summary = Pipeline(options, say=_stdout, progress=_stderr).run()
     except PipelineError as exc:
         print(f"trainer pipeline: error: {exc}", file=sys.stderr)
         return exc.status

@@ -1,9 +1,8 @@
 """The main job, stage by stage: corpus -> tokenizer -> shards -> training -> export ->
 baseline -> plots -> gates -> summary.
 
-    pipeline = Pipeline(PipelineOptions(config=Path("configs/quickstart-cpu.yaml"),
-                                        out=Path("runs/demo")))
-    summary = pipeline.run()
+    options = PipelineOptions(config=Path("configs/quickstart-cpu.yaml"), out=Path("runs/demo"))
+    summary = Pipeline(options, say=print).run()     # stage lines to say; progress: none
 
 Every stage calls, in this process, the library functions behind the project's own
 commands - trainer tokenizer train (train_tokenizer), trainer data encode (corpus_files,
@@ -29,7 +28,6 @@ import io
 import json
 import shutil
 import subprocess
-import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -45,6 +43,8 @@ from trainer.pipeline.state import (
     files_fingerprint,
     stage_key,
 )
+from trainer.runfiles.json_file import atomic_write_json
+from trainer.runfiles.names import PipelineDir
 
 #: Gates a run directory can discharge quickly: (gate, measured on this run?).
 #: 015 is measured on this run's own checkpoint; PV-001 and TRAIN-LOOP-017 need no
@@ -80,10 +80,18 @@ class StageOutcome:
     note: str = ""
 
 
+def _quiet(line: str) -> None:
+    """Output nobody asked for."""
+
+
 @dataclass
 class Pipeline:
+    """The pipeline of ``options``; what it has to say goes where its caller wants it
+    (`trainer pipeline`: ``say`` to stdout, ``progress`` to stderr), nowhere by default."""
+
     options: PipelineOptions
-    say: Callable[[str], None] = field(default=lambda line: print(line, flush=True))
+    say: Callable[[str], None] = _quiet  # a line per stage, the training run's summary
+    progress: Callable[[str], None] = _quiet  # the stages' own progress lines and findings
     outcomes: list[StageOutcome] = field(default_factory=list)
 
     # ------------------------------------------------------------ plumbing
@@ -91,8 +99,10 @@ class Pipeline:
     def out(self) -> Path:
         return self.options.out
 
-    def _path(self, *parts: str) -> Path:
-        return self.out.joinpath(*parts)
+    @property
+    def paths(self) -> PipelineDir:
+        """The run directory's paths (trainer/runfiles/names.py)."""
+        return PipelineDir(self.out)
 
     def _rel(self, path: Path) -> str:
         return str(Path(path).relative_to(self.out))
@@ -116,12 +126,12 @@ class Pipeline:
         started = time.perf_counter()
         self.out.mkdir(parents=True, exist_ok=True)
         state = PipelineState.load(self.out)
-        cfg = _load_config(self.options.config)
+        cfg = _load_config(self.options.config, self.options.device, self.progress)
         corpus = self._corpus_fingerprint()
         tokenizer_sha = self._tokenizer(state, cfg, corpus)
         data_sha = self._data(state, corpus, tokenizer_sha)
         run_yaml_sha = self._write_run_yaml()
-        run_cfg = _load_config(self._path("run.yaml"))
+        run_cfg = _load_config(self.paths.run_config, self.options.device, self.progress)
         checkpoint, ckpt_sha = self._train(state, run_cfg, run_yaml_sha, data_sha)
         self._export(state, checkpoint, ckpt_sha)
         self._baseline(state, run_cfg, checkpoint, ckpt_sha)
@@ -130,15 +140,13 @@ class Pipeline:
         self._report(state)
         summary = build_summary(self.out, state, corpus, run_cfg, self.outcomes)
         summary["seconds"] = round(time.perf_counter() - started, 1)
-        from trainer.runfiles.metrics_file import atomic_write_json  # noqa: PLC0415
-
-        atomic_write_json(self._path("summary.json"), summary)
+        atomic_write_json(self.paths.summary, summary)
         return summary
 
     def _corpus_fingerprint(self) -> dict:
         from trainer.data.encode import corpus_files  # noqa: PLC0415
 
-        files, skipped = corpus_files(list(self.options.inputs), False)
+        files, skipped = corpus_files(list(self.options.inputs), False, self.progress)
         sha, count, size = files_fingerprint(files)
         return {"sha256": sha, "files": count, "bytes": size, "skipped": skipped}
 
@@ -157,7 +165,7 @@ class Pipeline:
                 info.update(reused=True, note=f"vocab {vocab}, same corpus")
                 return state.output("tokenizer", "sha256")
             started = time.perf_counter()
-            target = self._path("tokenizer")
+            target = self.paths.tokenizer
             _remove(target)
             try:
                 train_tokenizer(
@@ -165,6 +173,7 @@ class Pipeline:
                     target,
                     vocab_size=vocab,
                     min_frequency=min_frequency,
+                    progress=self.progress,
                 )
             except (CorpusReadError, BpeConfigError) as exc:
                 raise _failed("tokenizer", exc) from exc
@@ -172,7 +181,7 @@ class Pipeline:
             state.record(
                 "tokenizer",
                 key,
-                outputs={"tokenizer/tokenizer.json": sha},
+                outputs={self._rel(target / "tokenizer.json"): sha},
                 seconds=time.perf_counter() - started,
                 results={"sha256": sha, "vocab_size": vocab},
             )
@@ -190,21 +199,21 @@ class Pipeline:
             }
         )
         with self._stage(2, "data") as info:
-            target = self._path("data")
+            target = self.paths.data
             if state.done("data", key, self.out) and self._shards_verify(target):
                 info.update(reused=True, note="shards verified by sha256")
                 return state.output("data", "sha256")
             started = time.perf_counter()
             try:
-                files, skipped = corpus_files(list(self.options.inputs), False)
+                files, skipped = corpus_files(list(self.options.inputs), False, self.progress)
                 encode_corpus(
                     files,
-                    self._path("tokenizer"),
+                    self.paths.tokenizer,
                     target,
                     val_fraction=self.options.val_fraction,
                     force=True,
                     skipped_files=skipped,
-                    progress=_stderr,
+                    progress=self.progress,
                 )
             except ENCODE_ERRORS as exc:
                 raise _failed("data", exc) from exc
@@ -212,7 +221,7 @@ class Pipeline:
             state.record(
                 "data",
                 key,
-                outputs={"data/manifest.json": sha},
+                outputs={self._rel(target / "manifest.json"): sha},
                 seconds=time.perf_counter() - started,
                 results={"sha256": sha},
             )
@@ -234,23 +243,22 @@ class Pipeline:
 
         yaml = YAML()  # round-trip: the user's comments and key order survive
         tree = yaml.load(Path(self.options.config).read_text(encoding="utf-8"))
-        tree["data"]["shards"] = str(self._path("data"))
-        tree["data"]["tokenizer"] = str(self._path("tokenizer"))
-        tree["training"]["output_dir"] = str(self._path("train"))
+        tree["data"]["shards"] = str(self.paths.data)
+        tree["data"]["tokenizer"] = str(self.paths.tokenizer)
+        tree["training"]["output_dir"] = str(self.paths.train.root)
         buffer = io.StringIO()
         buffer.write(
             f"# Written by `trainer pipeline` from {self.options.config}: the same run, with "
             "this run directory's paths.\n"
         )
         yaml.dump(tree, buffer)
-        target = self._path("run.yaml")
+        target = self.paths.run_config
         text = buffer.getvalue()
         if not target.exists() or target.read_text(encoding="utf-8") != text:
             atomic_write_text(target, text)
         return sha256_file(target)
 
     def _train(self, state, run_cfg, run_yaml_sha: str, data_sha: str) -> tuple[Path, str]:
-        from trainer.checkpoint.layout import CHECKPOINTS_DIR  # noqa: PLC0415
         from trainer.checkpoint.load import latest_valid  # noqa: PLC0415
         from trainer.checkpoint.manifest import MANIFEST_FILE  # noqa: PLC0415
         from trainer.train.apply import (  # noqa: PLC0415
@@ -271,7 +279,7 @@ class Pipeline:
                 "device": self.options.device,
             }
         )
-        train_dir = self._path("train")
+        train_dir = self.paths.train.root
         with self._stage(3, "train") as info:
             if state.done("train", key, self.out):
                 checkpoint = self.out / state.output("train", "checkpoint")
@@ -280,7 +288,7 @@ class Pipeline:
             started = time.perf_counter()
             newest, resume = None, None
             if train_dir.is_dir():
-                newest, _ = latest_valid(train_dir / CHECKPOINTS_DIR)
+                newest, _ = latest_valid(self.paths.train.checkpoints)
             if state.started("train", key) and newest is not None:
                 self.say(f"      resuming the interrupted run from {self._rel(newest)}")
                 resume = "latest"
@@ -294,19 +302,19 @@ class Pipeline:
                 resume=resume,
             )
             try:
-                result, out_dir = apply_config(self._path("run.yaml"), options)
+                result, out_dir = apply_config(self.paths.run_config, options, say=self.progress)
             except ApplyError as exc:
                 raise _failed("train", exc) from exc
             except RunAbortedError as exc:
                 raise _failed("train", f"run aborted: {exc}", exit_codes.ABORTED) from exc
-            print(summary_line(result, self._path("run.yaml"), out_dir))
+            self.say(summary_line(result, self.paths.run_config, out_dir))
             if result.stop_reason == "alert":  # it did not finish: no stage after it runs
                 stopped = alert_line(result) or "stopped by an alert"
                 raise _failed("train", stopped, exit_codes.ALERT_STOPPED)
-            newest, skipped = latest_valid(train_dir / CHECKPOINTS_DIR)
+            newest, skipped = latest_valid(self.paths.train.checkpoints)
             if newest is None:
                 raise PipelineError(
-                    f"stage train: {train_dir / CHECKPOINTS_DIR} holds no valid checkpoint after "
+                    f"stage train: {self.paths.train.checkpoints} holds no valid checkpoint after "
                     f"the run ({'; '.join(why for _, why in skipped) or 'none written'})"
                 )
             manifest_sha = sha256_file(newest / MANIFEST_FILE)
@@ -328,10 +336,10 @@ class Pipeline:
                 info.update(reused=True)
                 return
             started = time.perf_counter()
-            target = self._path("export")
+            target = self.paths.export
             _remove(target)
             try:
-                export_checkpoint(checkpoint, target, tokenizer_dir=self._path("tokenizer"))
+                export_checkpoint(checkpoint, target, tokenizer_dir=self.paths.tokenizer)
             except EXPORT_ERRORS as exc:
                 raise _failed("export", exc) from exc
             model = target / "model.safetensors"
@@ -339,9 +347,13 @@ class Pipeline:
             state.record(
                 "export",
                 key,
-                outputs={"export/model.safetensors": sha},
+                outputs={self._rel(model): sha},
                 seconds=time.perf_counter() - started,
-                results={"dir": "export", "model_sha256": sha, "bytes": _tree_bytes(target)},
+                results={
+                    "dir": self._rel(target),
+                    "model_sha256": sha,
+                    "bytes": _tree_bytes(target),
+                },
             )
 
     def _baseline(self, state, run_cfg, checkpoint: Path, ckpt_sha: str) -> None:
@@ -357,15 +369,13 @@ class Pipeline:
             }
         )
         with self._stage(5, "baseline") as info:
-            target = self._path("baseline.json")
+            target = self.paths.baseline
             if state.done("baseline", key, self.out):
                 info.update(reused=True)
                 return
             started = time.perf_counter()
             result = measure_baseline(run_cfg, checkpoint, steps=steps)
             result["model"]["checkpoint"] = self._rel(checkpoint)
-            from trainer.runfiles.metrics_file import atomic_write_json  # noqa: PLC0415
-
             atomic_write_json(target, result)
             info["note"] = (
                 f"model ppl {result['model']['perplexity']:.1f} vs KN trigram "
@@ -375,33 +385,32 @@ class Pipeline:
             state.record(
                 "baseline",
                 key,
-                outputs={"baseline.json": sha256_file(target)},
+                outputs={self._rel(target): sha256_file(target)},
                 seconds=time.perf_counter() - started,
             )
 
     def _plots(self, state: PipelineState) -> None:
         from trainer.plot.write import PlotError, write_plots  # noqa: PLC0415
 
-        metrics = self._path("train", "metrics.jsonl")
-        key = stage_key({"metrics": sha256_file(metrics)})
+        key = stage_key({"metrics": sha256_file(self.paths.train.metrics)})
         with self._stage(6, "plots") as info:
             if state.done("plots", key, self.out):
                 info.update(reused=True)
                 return
             started = time.perf_counter()
-            target = self._path("plots")
+            target = self.paths.plots
             _remove(target)
             try:
-                write_plots([self._path("train")], target)
+                write_plots([self.paths.train.root], target)
             except PlotError as exc:
                 raise _failed("plots", exc) from exc
             made = sorted(p.name for p in target.iterdir())
             state.record(
                 "plots",
                 key,
-                outputs={f"plots/{n}": sha256_file(target / n) for n in made},
+                outputs={self._rel(target / n): sha256_file(target / n) for n in made},
                 seconds=time.perf_counter() - started,
-                results={"files": [f"plots/{n}" for n in made]},
+                results={"files": [self._rel(target / n) for n in made]},
             )
             info["note"] = ", ".join(made)
 
@@ -424,15 +433,15 @@ class Pipeline:
                 info.update(reused=True)
                 return
             started = time.perf_counter()
-            valid = _valid_contracts(contracts, "gates")
-            target = self._path("evidence")
+            valid = _valid_contracts(contracts, "gates", self.progress)
+            target = self.paths.evidence
             target.mkdir(exist_ok=True)
             checks, outputs = {}, {}
             for gate, on_run in DEMO_GATES:
                 out = target / f"{gate}.json"
                 self.say(f"      gates check {gate}{' on this run' if on_run else ''}")
                 artifacts = [self.out] if on_run else []
-                evidence = _check_gate(valid, gate, artifacts, out, contracts)
+                evidence = _check_gate(valid, gate, artifacts, out, contracts, show=self.progress)
                 checks[gate] = {
                     "verdict": evidence["verdict"],
                     "on_this_run": on_run,
@@ -459,9 +468,9 @@ class Pipeline:
             from gates.report import render  # noqa: PLC0415
             from gates.report_inputs import ReportError, gather  # noqa: PLC0415
 
-            target = self._path("report.html")
+            target = self.paths.report
             plots = [self.out / p for p in state.output("plots", "files") if p.endswith(".svg")]
-            valid = _valid_contracts(contracts, "report")
+            valid = _valid_contracts(contracts, "report", self.progress)
             try:
                 inputs = gather(valid, target, plots=plots)
             except ReportError as exc:
@@ -480,21 +489,25 @@ def _failed(stage: str, why: object, status: int = exit_codes.FINDINGS) -> Pipel
     )
 
 
-def _load_config(path: Path):
+def _load_config(path: Path, device: str, show: Callable[[str], None]):
+    """The checked config, refused (before any stage) for what ``device`` cannot run; the
+    findings of a refused one go to ``show``, a line each."""
+    from trainer.config.device import run_device  # noqa: PLC0415
     from trainer.config.validate import validate  # noqa: PLC0415
 
-    findings, cfg, _ = validate(path)
+    findings, cfg, _ = validate(path, device=run_device(device))
     errors = [f for f in findings if f.severity == "error"]
     if errors or cfg is None:
         for finding in findings:
-            print(finding.render(), file=sys.stderr)
+            show(finding.render())
         raise PipelineError(f"{path}: invalid config ({len(errors)} error(s)); nothing run")
     return cfg
 
 
-def _valid_contracts(paths: list[Path], stage: str) -> list[Contract]:
+def _valid_contracts(paths: list[Path], stage: str, show: Callable[[str], None]) -> list[Contract]:
     """The contracts at ``paths``, validated together as `gates check --files` and `gates
-    report --files` validate them; an unreadable or invalid one fails the stage."""
+    report --files` validate them; an unreadable or invalid one fails the stage (the
+    validation errors to ``show``)."""
     from gates.render import render  # noqa: PLC0415
     from gates.validate import validate  # noqa: PLC0415
 
@@ -502,18 +515,24 @@ def _valid_contracts(paths: list[Path], stage: str) -> list[Contract]:
     if result.unreadable:
         raise _failed(stage, "; ".join(result.unreadable))
     if result.report.errors:
-        print(render(result.report, "text"), file=sys.stderr)
+        show(render(result.report, "text"))
         raise _failed(stage, "the contracts do not validate; the errors are above")
     return result.contracts
 
 
 def _check_gate(
-    contracts: list[Contract], gate_id: str, artifacts: list[Path], out: Path, files: list[Path]
+    contracts: list[Contract],
+    gate_id: str,
+    artifacts: list[Path],
+    out: Path,
+    files: list[Path],
+    *,
+    show: Callable[[str], None],
 ) -> dict:
     """`gates check GATE [--artifact PATH] --out OUT --files FILE...`: the gate's bound tests
     and measurement (gates.promotion.check), its evidence written to ``out`` whatever the
     verdict. What the check prints is held back, as from the command in a subprocess, and
-    shown only when the check cannot be made; that fails the stage."""
+    shown (to ``show``) only when the check cannot be made; that fails the stage."""
     from gates import promotion  # noqa: PLC0415
     from gates.validate import find_root  # noqa: PLC0415
 
@@ -536,15 +555,12 @@ def _check_gate(
                 allow_dirty=True,
             )
     except Exception as exc:  # refused, or a measurement's own failure (gates: INTERNAL)
-        sys.stderr.write(printed.getvalue())
+        if printed.getvalue():
+            show(printed.getvalue().removesuffix("\n"))
         why = "".join(traceback.format_exception_only(exc)).strip()
         raise _failed("gates", f"`{' '.join(command)}` wrote no evidence: {why}") from exc
     atomic_write_bytes(out, (json.dumps(result.evidence, indent=2) + "\n").encode())
     return result.evidence
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def _steps_done(checkpoint: Path) -> int:

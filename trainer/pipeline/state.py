@@ -24,9 +24,9 @@ from pathlib import Path
 
 from gates.files import sha256_file
 from trainer import exit_codes
-from trainer.runfiles.metrics_file import atomic_write_json
+from trainer.runfiles.json_file import atomic_write_json
+from trainer.runfiles.names import PipelineDir
 
-STATE_FILE = "pipeline.json"
 FORMAT = "shipgate-pipeline"
 FORMAT_VERSION = 1
 
@@ -65,7 +65,7 @@ class PipelineState:
 
     @classmethod
     def load(cls, run_dir: Path) -> PipelineState:
-        path = Path(run_dir) / STATE_FILE
+        path = PipelineDir(run_dir).state
         if not path.exists():
             return cls(path)
         try:

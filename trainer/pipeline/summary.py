@@ -17,6 +17,7 @@ from typing import Any
 
 from trainer.pipeline.state import PipelineState
 from trainer.runfiles.metrics_file import read_metrics
+from trainer.runfiles.names import PipelineDir
 
 
 def _tree_bytes(path: Path) -> int:
@@ -24,12 +25,13 @@ def _tree_bytes(path: Path) -> int:
 
 
 def _training(run_dir: Path, run_config: Any) -> dict:
-    records = read_metrics(run_dir / "train" / "metrics.jsonl")
+    train = PipelineDir(run_dir).train
+    records = read_metrics(train.metrics)
     if not records:
-        raise ValueError(f"{run_dir / 'train' / 'metrics.jsonl'}: no step recorded")
+        raise ValueError(f"{train.metrics}: no step recorded")
     vals = [(r["step"], r["val_loss"]) for r in records if "val_loss" in r]
     speeds = sorted(r["tokens_per_s"] for r in records if isinstance(r["tokens_per_s"], float))
-    state_file = run_dir / "train" / "training_state.json"
+    state_file = train.training_state
     end = json.loads(state_file.read_text(encoding="utf-8")) if state_file.is_file() else {}
     return {
         "steps": records[-1]["step"],
@@ -48,11 +50,10 @@ def _training(run_dir: Path, run_config: Any) -> dict:
 def _store(run_dir: Path) -> dict:
     """The training run's id and its run store (runs.db), for `trainer runs show`."""
     from trainer.store.rundir import read_run_manifest  # noqa: PLC0415
-    from trainer.store.schema import RUNS_DB  # noqa: PLC0415
 
-    train_dir = run_dir / "train"
-    _, run_id, _ = read_run_manifest(train_dir)
-    store = train_dir / RUNS_DB
+    train = PipelineDir(run_dir).train
+    _, run_id, _ = read_run_manifest(train.root)
+    store = train.store
     return {"run_id": run_id, "store": str(store) if store.is_file() else None}
 
 
@@ -113,10 +114,11 @@ def build_summary(
     contracts_dir: Path = Path("contracts"),
 ) -> dict:
     run_dir = Path(run_dir)
-    manifest = json.loads((run_dir / "data" / "manifest.json").read_text(encoding="utf-8"))
+    job = PipelineDir(run_dir)
+    manifest = json.loads((job.data / "manifest.json").read_text(encoding="utf-8"))
     splits = manifest["splits"]
     tokens = manifest["totals"]["tokens"]
-    baseline = json.loads((run_dir / "baseline.json").read_text(encoding="utf-8"))
+    baseline = json.loads(job.baseline.read_text(encoding="utf-8"))
     checkpoint = run_dir / state.output("train", "checkpoint")
     checks = state.stages.get("gates", {}).get("results", {}).get("checks", {})
     rows = _gate_rows(contracts_dir, checks)
@@ -149,12 +151,12 @@ def build_summary(
             "manifest_sha256": state.output("train", "manifest_sha256"),
         },
         "export": {
-            "path": str(run_dir / "export"),
-            "bytes": _tree_bytes(run_dir / "export"),
+            "path": str(job.export),
+            "bytes": _tree_bytes(job.export),
             "model_sha256": state.output("export", "model_sha256"),
         },
         "plots": [str(run_dir / p) for p in plots],
-        "report": str(run_dir / "report.html") if (run_dir / "report.html").is_file() else None,
+        "report": str(job.report) if job.report.is_file() else None,
         "gates": rows,
     }
 
@@ -192,7 +194,8 @@ def render_summary(s: dict) -> str:
         lines.append(f"  run store   {run['store']}  (`trainer runs show {run['run_id'][:8]}`)")
     else:  # a run directory trained before the store existed
         lines.append(
-            f"  run store   none yet: `trainer runs sync {Path(s['run_dir']) / 'train'}` records it"
+            f"  run store   none yet: `trainer runs sync {PipelineDir(s['run_dir']).train.root}` "
+            "records it"
         )
     model, kn = base["model"], base["kn_trigram"]
     verdict = "the model is better" if base["ratio"] < 1 else "the trigram is still better"

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from gates.files import sha256_file
 from trainer.config.algebra import AlgebraReport, RuleResult, evaluate
-from trainer.config.load import ConfigError, RunConfig, load_config
+from trainer.config.device import device_findings
+from trainer.config.load import ConfigError, ConfigFinding, RunConfig, load_config
 from trainer.config.sequences import sequences_in
 from trainer.data.manifest import Manifest, load_manifest
 from trainer.data.shards import ShardError
@@ -66,15 +67,15 @@ def _line(cfg: RunConfig, field: str) -> int:
 
 
 # ---------------------------------------------------------------- 1. config
-def config_section(path: Path) -> tuple[Section, RunConfig | None]:
+def config_section(path: Path, device: str) -> tuple[Section, RunConfig | None]:
+    """The config loaded, and its values a run on ``device`` (cpu | cuda) cannot honour."""
     section = Section("config")
     try:
         cfg = load_config(path)
     except ConfigError as exc:
-        for f in exc.findings:
-            add = section.warning if f.severity == "warning" else section.error
-            add(f.message, f.field or None, f.line, f.hint)
+        _add_findings(section, exc.findings)
         return section, None
+    _add_findings(section, device_findings(cfg, device))
     t, d = cfg.training, cfg.data
     section.values = {
         "path": str(cfg.path),
@@ -98,6 +99,12 @@ def config_section(path: Path) -> tuple[Section, RunConfig | None]:
         f"{t.warmup_steps}, {t.mixed_precision}",
     ]
     return section, cfg
+
+
+def _add_findings(section: Section, findings: list[ConfigFinding]) -> None:
+    for f in findings:
+        add = section.warning if f.severity == "warning" else section.error
+        add(f.message, f.field or None, f.line, f.hint)
 
 
 # ---------------------------------------------------------------- 2. architecture
@@ -187,18 +194,8 @@ _DTYPES = {
 
 def memory_section(cfg: RunConfig, device: str, cuda: CudaInfo, override: int | None) -> Section:
     section = Section("memory")
-    precision = cfg.training.mixed_precision
-    if device == "cpu" and precision != "fp32":
-        field = "training.mixed_precision"
-        section.error(
-            f"mixed_precision: {precision} is autocast on CUDA; the run is planned for the CPU, "
-            "which trains in fp32",
-            field,
-            _line(cfg, field),
-            "set mixed_precision: fp32 for a CPU run, or plan the GPU run with "
-            "--device cuda --device-memory SIZE",
-        )
-        precision = "fp32"  # what a CPU run would hold; the error above fails the plan
+    # A CPU holds float32 whatever the config asks; the config section refuses the rest.
+    precision = "fp32" if device == "cpu" else cfg.training.mixed_precision
     d = cfg.data
     estimate = memory.estimate_memory(cfg.model, d.micro_batch, d.seq_len, precision)
     try:
@@ -526,15 +523,15 @@ def resolve_device(requested: str, cuda: CudaInfo) -> str:
 def make_plan(options: PlanOptions) -> PlanReport:
     """Every section for ``options.config``; sections that cannot run say why."""
     what_if = options.sequences is not None
-    config, cfg = config_section(options.config)
+    cuda = cuda_info()
+    device = resolve_device(options.device, cuda)
+    config, cfg = config_section(options.config, device)
     sections = {key: Section(key) for key in SECTION_KEYS}
     sections["config"] = config
     if cfg is None:
         for key in SECTION_KEYS[1:]:
             sections[key].skipped = "the config did not load"
         return PlanReport(str(options.config), sections, what_if)
-    cuda = cuda_info()
-    device = resolve_device(options.device, cuda)
     sections["architecture"] = architecture_section(cfg)
     sections["parameters"] = parameters_section(cfg)
     sections["memory"] = memory_section(cfg, device, cuda, options.device_memory)

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from trainer import exit_codes
+from trainer.runfiles.names import RunDir
 
 
 def _fail(message: str) -> int:
@@ -51,7 +52,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     if len(args.runs) > 1 and args.out is None:
         args.parser.error("several runs need --out DIR (no one run's directory is their home)")
-    out = args.out if args.out is not None else args.runs[0] / "plots"
+    out = args.out if args.out is not None else RunDir(args.runs[0]).plots
     try:
         result = write_plots(args.runs, out, args.format)
     except PlotWriteError as exc:

@@ -4,11 +4,11 @@
     run.steps, run.loss, run.lr, run.grad_norm, run.val_steps, run.val_loss
     run_labels([Path("a/train"), Path("b/train")])   # ["a/train", "b/train"]
 
-metrics.jsonl is read by trainer.train.metrics.read_metrics, the rule resume uses: a torn
-last line (a run still writing, or killed mid-line) is left out, a bad line before it is an
-error naming the file and the line. Validation loss is the ``val_loss`` key the loop adds to
-the record of each step it evaluated at. Non-finite values (written as "nan"/"inf" strings,
-since JSON has none) become NaN: a gap in the line, not a value.
+metrics.jsonl is read by trainer/runfiles/metrics_file.py's read_metrics, the rule resume
+uses: a torn last line (a run still writing, or killed mid-line) is left out, a bad line
+before it is an error naming the file and the line. Validation loss is the ``val_loss``
+key the loop adds to the record of each step it evaluated at. Non-finite values (written
+as "nan"/"inf" strings, since JSON has none) become NaN: a gap in the line, not a value.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer.runfiles.metrics_file import METRICS_FILE, MetricsFileError, read_metrics
+from trainer.runfiles.metrics_file import MetricsFileError, read_metrics
+from trainer.runfiles.names import METRICS_FILE
 
 _NON_FINITE = ("nan", "inf", "-inf")
 

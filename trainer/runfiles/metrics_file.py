@@ -1,40 +1,67 @@
-"""The two files a run's metrics live in, torch-free (read by `trainer monitor` and the run
-store too), and the name of the run's manifest beside them (``RUN_MANIFEST``, written by
-trainer/train/manifest.py, which imports torch).
+"""metrics.jsonl, a run's one line per step: how it is written, read and rewound; torch-free
+(read by `trainer monitor`, `trainer plot` and the run store too).
 
-- ``metrics.jsonl``: one JSON object per step, appended; a SIGKILL mid-write can leave a
-  torn last line, which readers drop; a bad line before the last is an error naming the
-  file and the line (``parse_line``).
-- ``training_state.json``: the latest record plus max_steps, replaced atomically
-  (``atomic_write_json``: gates/files.py's temp file, fsync, os.replace, directory fsync) so
-  a reader never sees half a file.
-  At the end of every run the loop adds ``status`` (END_STATUSES), ``reason`` and
-  ``ended_at`` (MetricsWriter.finish); a run killed without a word (SIGKILL, power loss)
-  has none, and a resume drops them (metrics.rewind) while it runs again.
+    log = MetricsLog(run.metrics)              # opened for appending
+    log.append(json_record(record))            # one line, flushed
+    records = read_metrics(run.metrics)        # every whole line, in file order
+    dropped, last = rewind_metrics(run.metrics, step=20)   # a resume from step 20
+
+- Appends are flushed, not fsynced: a SIGKILL mid-write can leave a torn last line, which
+  readers drop; a bad line before the last is an error naming the file and the line
+  (``parse_line``). A resume rewinds the file to its checkpoint's step, so a step lost to
+  a crash after the checkpoint is taken again, and each step appears once.
+- JSON has no NaN or infinity: ``json_record`` writes them as the strings "nan", "inf",
+  "-inf" rather than lie or crash (the store reads them back as numbers).
+
+The file's name is names.METRICS_FILE; training_state.json, written beside it every
+step, is training_state.py's.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import TextIO
 
-from gates.files import atomic_write_text
-
-METRICS_FILE = "metrics.jsonl"
-STATE_FILE = "training_state.json"
-RUN_MANIFEST = "run_manifest.json"
-#: How a run ended (training_state.json "status"): max_steps reached, early stopping,
-#: SIGTERM/SIGINT, a stop alert (monitoring.alerts), or an exception (NaN, divergence, ...).
-END_STATUSES = ("finished", "early_stopping", "signal", "alert", "aborted")
+from gates.files import atomic_write_bytes
 
 
 class MetricsFileError(ValueError):
-    """metrics.jsonl cannot be trusted (a bad line before the last); names file and line."""
+    """metrics.jsonl (or training_state.json) cannot be trusted: a bad line before the last,
+    a state file that is not a JSON object; names the file and line."""
 
 
-def atomic_write_json(path: Path, data: dict) -> None:
-    """Write ``data`` as JSON to ``path`` atomically (readers never see half a file)."""
-    atomic_write_text(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
+def _json_number(value: float) -> float | str:
+    """JSON has no NaN/inf: write them as strings rather than lie or crash."""
+    return value if math.isfinite(value) else str(value)
+
+
+def json_record(record: dict) -> dict:
+    """``record`` as its metrics.jsonl line holds it: non-finite floats as strings."""
+    return {k: _json_number(v) if isinstance(v, float) else v for k, v in record.items()}
+
+
+class MetricsLog:
+    """metrics.jsonl opened for appending: one JSON line per ``append``, flushed at once so
+    a monitor reading the file sees every step the run has taken."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._file: TextIO | None = self.path.open("a", encoding="utf-8")
+
+    def append(self, line: dict) -> None:
+        """Append ``line`` (a json_record) as one line of JSON."""
+        if self._file is None:
+            raise ValueError(f"{self.path}: appended to after close")
+        self._file.write(json.dumps(line) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        """Idempotent."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 def parse_line(line: bytes, number: int, path: Path, last: bool) -> dict | None:
@@ -72,3 +99,23 @@ def read_metrics(path: Path) -> list[dict]:
     (parse_lines). OSError propagates."""
     path = Path(path)
     return [record for _, record in parse_lines(path.read_bytes(), path)]
+
+
+def rewind_metrics(path: Path, step: int) -> tuple[list[int], dict | None]:
+    """Make ``path`` the metrics of a run that stopped after ``step``: drop the lines of
+    later steps and a torn last line, rewriting the file atomically only when something
+    changes. Returns (the steps dropped, the last record kept or None). Raises
+    MetricsFileError on a bad line before the last; OSError propagates."""
+    path = Path(path)
+    raw = path.read_bytes()
+    kept, dropped, last_record = [], [], None
+    for line, record in parse_lines(raw, path):  # a torn last line is left out
+        if record["step"] > step:
+            dropped.append(record["step"])
+        else:
+            kept.append(line)
+            last_record = record
+    text = b"".join(line + b"\n" for line in kept)
+    if text != raw:
+        atomic_write_bytes(path, text)
+    return dropped, last_record

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,8 @@ from typing import Any
 RUN_ID_KEY = "run_id"
 STARTED_KEY = "run_started"
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+
+log = logging.getLogger(__name__)
 
 
 class IdentityError(ValueError):
@@ -65,7 +67,7 @@ def identity_of(manifest: dict[str, Any], path: Path) -> tuple[str, str | None]:
 def launch_identity(previous: Path | None, *, created: str) -> dict[str, Any]:
     """The ``run_id`` and ``run_started`` keys of a manifest about to be written: carried
     over from ``previous`` (the manifest a resume replaces) or, for a new run, minted. A
-    previous manifest that cannot be read gives a new id, said on stderr."""
+    previous manifest that cannot be read gives a new id, with a warning logged."""
     if previous is not None and Path(previous).is_file():
         try:
             old = json.loads(Path(previous).read_text(encoding="utf-8"))
@@ -73,10 +75,7 @@ def launch_identity(previous: Path | None, *, created: str) -> dict[str, Any]:
                 raise IdentityError(f"{previous}: not a JSON object")
             run_id, started = identity_of(old, Path(previous))
         except (OSError, UnicodeDecodeError, ValueError) as exc:
-            print(
-                f"trainer: {previous} cannot be read ({exc}): this launch gets a new run id",
-                file=sys.stderr,
-            )
+            log.warning("%s cannot be read (%s): this launch gets a new run id", previous, exc)
         else:
             return {RUN_ID_KEY: run_id, STARTED_KEY: started}
     return {RUN_ID_KEY: new_run_id(), STARTED_KEY: created}

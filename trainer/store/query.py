@@ -17,10 +17,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.runfiles.metrics_file import STATE_FILE
+from trainer.runfiles.names import RUNS_DB_FILE, TRAINING_STATE_FILE
 from trainer.store import db, registry
 from trainer.store.rundir import RunDirError, check_run_dir
-from trainer.store.schema import RUNS_DB, STORE
+from trainer.store.schema import STORE
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def _summary(conn: sqlite3.Connection, run_id: str) -> MetricsSummary:
 def _state_last_step(run_dir: Path) -> int | None:
     """training_state.json's last step; None when it cannot say (then no note is made)."""
     try:
-        state = json.loads((run_dir / STATE_FILE).read_text(encoding="utf-8"))
+        state = json.loads((run_dir / TRAINING_STATE_FILE).read_text(encoding="utf-8"))
         step = state["last"]["step"]
     except (OSError, ValueError, TypeError, KeyError):
         return None
@@ -169,7 +169,7 @@ def _run_row(conn: sqlite3.Connection, target: Target, path: Path) -> dict[str, 
 def load_view(target: Target) -> RunView:
     """What ``target``'s store says about its run. StoreError naming runs.db when there is
     none or it cannot be read (locked, corrupt, newer, not ours)."""
-    path = target.run_dir / RUNS_DB
+    path = target.run_dir / RUNS_DB_FILE
     if not path.exists():
         raise db.StoreError(
             f"{path}: no such file: the run has no store yet; run "

@@ -24,21 +24,23 @@ the store without saying why) otherwise.
 
 Failure policy: the store must never stop a training run, nor fail quietly. The first
 error (locked past the busy timeout, disk full, a corrupt or foreign runs.db, a directory
-in its place) rolls back the transaction in progress, prints ONE warning on stderr naming
-runs.db and the error, and the recorder writes nothing more for the rest of the run.
+in its place) rolls back the transaction in progress, logs ONE warning naming runs.db and
+the error (``trainer: WARNING: run store ...`` on the terminal, trainer/terminal.py), and
+the recorder writes nothing more for the rest of the run.
 metrics.jsonl is complete regardless; `trainer runs sync RUN_DIR` rebuilds the store. The
 registry is written at start under the same rule, with its own warning.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from trainer.checkpoint.layout import CheckpointError
 from trainer.runfiles.metrics_file import MetricsFileError
+from trainer.runfiles.names import RUNS_DB_FILE
 from trainer.store import db, registry, sync
 from trainer.store.identity import IdentityError
 from trainer.store.rundir import (
@@ -49,7 +51,9 @@ from trainer.store.rundir import (
     read_run_manifest,
     run_columns,
 )
-from trainer.store.schema import RUNS_DB, STORE
+from trainer.store.schema import STORE
+
+log = logging.getLogger(__name__)
 
 #: What a store or registry failure can raise; anything else is a bug and propagates.
 FAILURES = (
@@ -68,10 +72,10 @@ class RunRecorder:
 
     def __init__(self, run_dir: Path, *, timeout: float | None = None) -> None:
         self.run_dir = Path(run_dir).resolve()
-        self.path = self.run_dir / RUNS_DB
+        self.path = self.run_dir / RUNS_DB_FILE
         self.timeout = db.busy_timeout(timeout)
         self.run_id: str | None = None
-        self.failure: str | None = None  # the warning printed, once the store is given up
+        self.failure: str | None = None  # the warning logged, once the store is given up
         self.registry_failure: str | None = None
         self._conn: sqlite3.Connection | None = None
         self._max_steps: int | None = None
@@ -92,11 +96,11 @@ class RunRecorder:
             finally:
                 conn.close()
         self.failure = (
-            f"trainer: WARNING: run store {self.path} is no longer recorded: {exc}. Training "
+            f"WARNING: run store {self.path} is no longer recorded: {exc}. Training "
             f"continues and metrics.jsonl stays complete; rebuild the store afterwards with "
             f"`trainer runs sync {self.run_dir}`"
         )
-        print(self.failure, file=sys.stderr, flush=True)
+        log.warning("%s", self.failure)
 
     def _guarded(self, action: Callable[[sqlite3.Connection], None]) -> None:
         """Run ``action`` in one transaction; on a store failure, give the store up."""
@@ -145,11 +149,11 @@ class RunRecorder:
             registry.register(run_id, self.run_dir, name, started, timeout=self.timeout)
         except FAILURES as exc:
             self.registry_failure = (
-                f"trainer: WARNING: this run was not registered in {registry.registry_path()}: "
+                f"WARNING: this run was not registered in {registry.registry_path()}: "
                 f"{exc}. Training continues; register it afterwards with "
                 f"`trainer runs sync {self.run_dir}`"
             )
-            print(self.registry_failure, file=sys.stderr, flush=True)
+            log.warning("%s", self.registry_failure)
 
     def step(self, record: dict, *, max_steps: int) -> None:
         """Store one step's metrics record (as written to metrics.jsonl) and commit."""
@@ -216,4 +220,4 @@ class RunRecorder:
             try:
                 db.close_writer(conn, STORE)
             except sqlite3.Error as exc:  # the data is committed; only the close failed
-                print(f"trainer: WARNING: closing {self.path}: {exc}", file=sys.stderr)
+                log.warning("WARNING: closing %s: %s", self.path, exc)

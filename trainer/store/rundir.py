@@ -7,7 +7,7 @@ Sources (what `trainer apply --out DIR` writes):
 
 - ``run_manifest.json``: the run's id (identity.py), name, config, seed, git, host, world.
 - ``metrics.jsonl``: one row per step, read with the resume rule
-  (trainer.runfiles.metrics_file.parse_lines: a torn last line is left out, a bad line
+  (trainer/runfiles/metrics_file.py parse_lines: a torn last line is left out, a bad line
   before it is an error naming the file and line); steps must increase (apply never
   appends a second run, resume drops the steps it takes again).
 - ``training_state.json``: max_steps (the manifest's config when there is none yet) and,
@@ -32,25 +32,24 @@ from typing import Any
 
 from gates.files import sha256_file
 from trainer.checkpoint.layout import (
-    CHECKPOINTS_DIR,
     MANIFEST_FILE,
     CheckpointError,
     checkpoint_dirs,
     step_of,
 )
 from trainer.checkpoint.manifest import read_manifest as read_checkpoint_manifest
-from trainer.runfiles.metrics_file import (
-    END_STATUSES,
+from trainer.runfiles.metrics_file import MetricsFileError, parse_lines
+from trainer.runfiles.names import (
+    CHECKPOINTS_DIR,
+    EXPORT_DIR,
     METRICS_FILE,
-    RUN_MANIFEST,
-    STATE_FILE,
-    MetricsFileError,
-    parse_lines,
+    RUN_MANIFEST_FILE,
+    TRAINING_STATE_FILE,
 )
+from trainer.runfiles.training_state import END_STATUSES
 from trainer.store.identity import IdentityError, identity_of
 from trainer.store.schema import INTEGER_METRICS, METRIC_COLUMNS
 
-EXPORT_DIR = "export"
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -96,7 +95,7 @@ def check_run_dir(run_dir: Path) -> Path:
         raise RunDirError(f"{run_dir}: no such directory")
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir}: not a directory (a run directory is a trainer apply --out)")
-    for name in (RUN_MANIFEST, METRICS_FILE):
+    for name in (RUN_MANIFEST_FILE, METRICS_FILE):
         if not (run_dir / name).is_file():
             raise RunDirError(f"{run_dir}: not a run directory: no {name}")
     return run_dir.resolve()
@@ -113,7 +112,7 @@ def _read_json(path: Path) -> Any:
 
 def read_run_manifest(run_dir: Path) -> tuple[dict[str, Any], str, str | None]:
     """(manifest, run id, first start) of ``run_dir``'s run_manifest.json."""
-    path = Path(run_dir) / RUN_MANIFEST
+    path = Path(run_dir) / RUN_MANIFEST_FILE
     manifest = _read_json(path)
     if not isinstance(manifest, dict):
         raise RunDirError(f"{path}: not a JSON object")
@@ -296,8 +295,8 @@ def export_artifacts(run_dir: Path) -> list[Artifact]:
 
 
 def manifest_artifact(run_dir: Path) -> Artifact:
-    path = Path(run_dir) / RUN_MANIFEST
-    return Artifact("file", RUN_MANIFEST, sha256_file(path), path.stat().st_size, None)
+    path = Path(run_dir) / RUN_MANIFEST_FILE
+    return Artifact("file", RUN_MANIFEST_FILE, sha256_file(path), path.stat().st_size, None)
 
 
 @dataclass(frozen=True)
@@ -312,7 +311,7 @@ class EndRecord:
 def read_state(run_dir: Path) -> tuple[int | None, EndRecord | None]:
     """(max_steps, the end record) of training_state.json; (None, None) when there is no
     such file yet, and no end record while the run is going (or was killed)."""
-    path = Path(run_dir) / STATE_FILE
+    path = Path(run_dir) / TRAINING_STATE_FILE
     if not path.is_file():
         return None, None
     state = _read_json(path)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-RUNS_DB = "runs.db"
 REGISTRY_DB = "registry.db"
 
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from trainer.runfiles.metrics_file import METRICS_FILE, STATE_FILE
+from trainer.runfiles.names import METRICS_FILE, RUNS_DB_FILE, TRAINING_STATE_FILE
 from trainer.store import db, registry
 from trainer.store.rundir import RunFiles, check_run_dir, read_run_dir
-from trainer.store.schema import METRIC_COLUMNS, RUNS_DB, STORE
+from trainer.store.schema import METRIC_COLUMNS, STORE
 
 METRICS_INSERT = (
     f"INSERT OR REPLACE INTO metrics (run_id, step, {', '.join(METRIC_COLUMNS)}, extra) "
@@ -129,7 +129,7 @@ def _end_of(
     if stored is not None and not (reached and stored[0] in FINAL_STATUS_UNKNOWN):
         return stored
     if reached:
-        return "finished", "max_steps", _mtime(files.run_dir / STATE_FILE)
+        return "finished", "max_steps", _mtime(files.run_dir / TRAINING_STATE_FILE)
     return "unknown", None, None
 
 
@@ -161,7 +161,7 @@ def sync_run_dir(run_dir: Path, *, timeout: float | None = None) -> SyncSummary:
     store was still synced."""
     run_dir = check_run_dir(run_dir)
     files = read_run_dir(run_dir, exports=True)  # bad input is refused before any write
-    path = run_dir / RUNS_DB
+    path = run_dir / RUNS_DB_FILE
     seen = _stat(run_dir / METRICS_FILE)
     check_store_run(path, files.run_id, run_dir)
     conn = db.open_writer(path, STORE, timeout=timeout)

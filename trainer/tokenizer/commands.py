@@ -19,6 +19,10 @@ from trainer.tokenizer.counting import CorpusReadError
 from trainer.tokenizer.training import train_tokenizer
 
 
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     try:
         written = train_tokenizer(
@@ -28,6 +32,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             min_frequency=args.min_frequency,
             special_tokens=tuple(args.special_token),
             workers=args.workers,
+            progress=_stderr,
         )
     except CorpusReadError as exc:
         print(f"trainer tokenizer train: error: {exc}", file=sys.stderr)

@@ -6,13 +6,14 @@ sees the same documents in the same order; files that are not UTF-8 are skipped 
 reported, never silently decoded with replacement characters.
 
 ``input_files(inputs)`` is what `trainer tokenizer train --input PATH...` reads: the paths
-given, directories walked sorted, or this corpus when none is given.
+given, directories walked sorted, or this corpus when none is given (said in a
+``[bpe-setup]`` line to the caller's ``progress``).
 """
 
 from __future__ import annotations
 
-import sys
 import sysconfig
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,14 +59,14 @@ def embedded_corpus(*, site_packages: bool = False) -> EmbeddedCorpus:
     return EmbeddedCorpus(tuple(good), tuple(bad))
 
 
-def input_files(inputs: list[Path]) -> list[Path]:
+def input_files(inputs: list[Path], progress: Callable[[str], None] | None = None) -> list[Path]:
     """Files in a deterministic order: each input as given, directories walked sorted.
-    Without inputs: the embedded corpus (undecodable stdlib files skipped and counted)."""
+    Without inputs: the embedded corpus (undecodable stdlib files skipped and counted, in a
+    line to ``progress``)."""
     if not inputs:
         corpus = embedded_corpus()
-        print(
-            f"[bpe-setup] embedded corpus: standard library, {corpus.description}", file=sys.stderr
-        )
+        if progress is not None:
+            progress(f"[bpe-setup] embedded corpus: standard library, {corpus.description}")
         return list(corpus.files)
     files = walk(inputs)
     if not files:

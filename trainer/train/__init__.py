@@ -7,9 +7,15 @@
 - guards.py: non-finite values, divergence, early stopping, validation size.
 - alerts.py: the config's alert rules (monitoring.alerts) against each step's record.
 - loop.py: the loop itself (LoopSettings, train, TrainResult).
+- components.py: the run's resumable state as named parts (state_dict/load_state_dict).
+- checkpointing.py: when to save; saving and resuming walk those parts.
+- hooks.py: what a caller may watch in a run (Hooks).
 - distributed.py, fsdp.py: data parallelism under torchrun (ddp, fsdp).
-- metrics.py, manifest.py: per-step metrics, training_state.json, the run manifest (the
-  files' names and formats are trainer/runfiles/metrics_file.py's, torch-free).
+- metrics.py: MetricsWriter, a step's record fanned out to the sinks of sinks.py (the
+  files, the progress line) and to the run store (trainer/store/recorder.py).
+- flops.py: FLOPs per token and the device's peak (MFU).
+- manifest.py: the run manifest, run_manifest.json. Every file's name and format is
+  trainer/runfiles/'s, torch-free.
 - apply.py: a config's checks, then its run (apply_config: `trainer apply`, the pipeline).
 - commands.py: `trainer apply CONFIG`.
 """

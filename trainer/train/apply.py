@@ -5,30 +5,36 @@ stage.
     result, out_dir = apply_config(Path("configs/quickstart-cpu.yaml"), ApplyOptions(max_steps=50))
 
 Checks come first and write nothing: ``max_steps``, the config (schema, architecture,
-C-TRAINCFG-001 with the real sequence count), the data, and the output directory (a run
-already there is refused unless resumed); the vocabulary preflight is the loop's own
-(trainer/train/preflight.py), on a resume too. The config's findings, warnings included,
-go to stderr as they are found. A refusal raises ApplyError (nothing written); a run that
-aborts after a step raises RunAbortedError; a run that returns (finished, stopped early,
-by a signal or by a stop alert) gives its TrainResult, described by ``summary_line`` and
-``alert_line``.
+the values this run's device cannot honour, C-TRAINCFG-001 with the real sequence count),
+the data, and the output directory (a run already there is refused unless resumed); the
+vocabulary preflight is the loop's own (trainer/train/preflight.py), on a resume too.
+The config's findings, warnings included, go to ``say`` as they are found (the
+command's stderr; by default they are logged, at WARNING). A refusal
+raises ApplyError (nothing written); a run that aborts after a step raises
+RunAbortedError; a run that returns (finished, stopped early, by a signal or by a stop
+alert) gives its TrainResult, described by ``summary_line`` and ``alert_line``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.checkpoint.layout import CHECKPOINTS_DIR, CheckpointError
+from trainer.checkpoint.layout import CheckpointError
 from trainer.config.algebra import evaluate
+from trainer.config.device import run_device
 from trainer.config.validate import rule_finding, validate
 from trainer.data.manifest import ShardError
 from trainer.model.params import param_count
-from trainer.runfiles.metrics_file import METRICS_FILE, RUN_MANIFEST, MetricsFileError
+from trainer.runfiles.metrics_file import MetricsFileError
+from trainer.runfiles.names import CHECKPOINTS_DIR, METRICS_FILE, RUN_MANIFEST_FILE
 from trainer.train import distributed, guards, loop, preflight
 from trainer.train.sequences import DataExhaustedError, ShardSequences
+
+log = logging.getLogger(__name__)
 
 
 class ApplyError(Exception):
@@ -52,14 +58,19 @@ class ApplyOptions:
     resume_other_run: bool = False  # resume despite another config hash or data manifest
 
 
-def apply_config(config: Path, options: ApplyOptions) -> tuple[loop.TrainResult, Path | None]:
-    """Check and train the run ``config`` describes; (its result, its output directory)."""
+def apply_config(
+    config: Path, options: ApplyOptions, *, say: Callable[[str], None] | None = None
+) -> tuple[loop.TrainResult, Path | None]:
+    """Check and train the run ``config`` describes; (its result, its output directory).
+    Each finding of the config's checks is one line to ``say`` (None: logged)."""
+    say = say if say is not None else _log_finding
     if options.max_steps is not None and options.max_steps < 1:
         raise ApplyError(f"--max-steps must be >= 1, got {options.max_steps}")
-    findings, cfg, _ = validate(config)
+    # The device the run gets, not "auto": bf16 without CUDA is refused here, not warned.
+    findings, cfg, _ = validate(config, device=run_device(options.device))
     errors = [f for f in findings if f.severity == "error"]
     for finding in findings:
-        print(finding.render(), file=sys.stderr)
+        say(finding.render())
     if errors or cfg is None:
         raise ApplyError(f"{config}: invalid config ({len(errors)} error(s)); nothing written")
 
@@ -77,7 +88,7 @@ def apply_config(config: Path, options: ApplyOptions) -> tuple[loop.TrainResult,
     )
     if report.violations:
         for violation in report.violations:
-            print(rule_finding(cfg, violation, "error").render(), file=sys.stderr)
+            say(rule_finding(cfg, violation, "error").render())
         raise ApplyError(f"{config}: the step algebra refuses this run; nothing written")
 
     settings = loop.settings_from_config(cfg)
@@ -96,7 +107,7 @@ def apply_config(config: Path, options: ApplyOptions) -> tuple[loop.TrainResult,
     settings = dataclasses.replace(settings, **overrides)
     previous = [
         name
-        for name in (RUN_MANIFEST, METRICS_FILE)
+        for name in (RUN_MANIFEST_FILE, METRICS_FILE)
         if settings.out_dir is not None and (Path(settings.out_dir) / name).exists()
     ]
     if previous and options.resume is None:
@@ -125,6 +136,10 @@ def apply_config(config: Path, options: ApplyOptions) -> tuple[loop.TrainResult,
     except (guards.NonFiniteError, guards.DivergenceError, DataExhaustedError) as exc:
         raise RunAbortedError(str(exc)) from exc
     return result, settings.out_dir
+
+
+def _log_finding(line: str) -> None:
+    log.warning("%s", line)
 
 
 def summary_line(result: loop.TrainResult, config: Path, out_dir: Path | None) -> str:

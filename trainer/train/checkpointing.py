@@ -1,39 +1,43 @@
 """The loop's side of checkpoints: when to save, what a save holds, how a run resumes.
 
     checkpointer = Checkpointer(directory, save_interval=5, keep=2)
-    if checkpointer.due(step): checkpointer.save(step, model, optimizer, state)  # never raises
-    state = resume_state(path_or_latest, directory, model, optimizer, identity=..., override=False)
+    if checkpointer.due(step): checkpointer.save(step, state, world)  # never raises
+    resume("latest", directory, state, world)    # every part of state, from the checkpoint
     with StopSignals() as stop: ... if stop.requested: save, exit 0
+
+``state`` is the run's registry of resumable parts (trainer/train/components.py): a save
+walks it into the checkpoint's files and a resume walks the files back into it.
 
 Saves (INV-TRAIN-LOOP-014): every ``save_interval`` steps, at the last step, and after the
 step in progress when SIGTERM or SIGINT arrives. A failed save (disk full, permission) is
-printed loudly to stderr and training goes on: the previous checkpoint is intact (saves are
-atomic, trainer/checkpoint/save.py). Resume (INV-TRAIN-LOOP-012) restores weights, AdamW
-moments and step counts, RNG states (trainer/checkpoint/load.py), and hands back the
-scheduler step, data position and guard states; it refuses a checkpoint of another config
-or data set unless told to override.
+logged loudly and training goes on: the previous checkpoint is intact (saves are atomic,
+trainer/checkpoint/save.py). Resume (INV-TRAIN-LOOP-012) restores weights, AdamW moments
+and step counts, RNG states, the scheduler step, the data position and the guards; it
+refuses a checkpoint of another config or data set unless told to override, and one of
+another world size always.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import signal
-import sys
 import threading
 import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from gates.files import sha256_file
 from trainer.checkpoint import load
 from trainer.checkpoint.layout import LATEST_POINTER, CheckpointError
 from trainer.checkpoint.retention import prune
 from trainer.checkpoint.save import Gathered, save_checkpoint
-from trainer.checkpoint.state import TrainingState, config_hash
+from trainer.checkpoint.state import config_hash
 from trainer.model.llama import Llama
+from trainer.train import components, distributed, fsdp
+
+log = logging.getLogger(__name__)
 
 # Settings that do not change what a step computes: a resume may differ in these.
 _NOT_IDENTITY = {
@@ -99,18 +103,18 @@ class Checkpointer:
         return self.save_interval is not None and step % self.save_interval == 0
 
     def save(
-        self,
-        step: int,
-        model: Llama,
-        optimizer: torch.optim.Optimizer,
-        state: TrainingState,
-        *,
-        rank_rng: list | None = None,
-        gathered: Gathered | None = None,
+        self, step: int, state: components.TrainState, world: distributed.World = distributed.SINGLE
     ) -> Path | None:
-        """``rank_rng``: every rank's RNG states under data parallelism; ``gathered``: the
-        full state of a sharded (FSDP) model and optimizer (save_checkpoint)."""
-        if step in self.saved:
+        """Checkpoint ``state`` as it is after ``step``; the checkpoint's path, or None when
+        nothing was written (a failure is logged, never raised). Every rank calls it: the
+        gathers are collectives. Rank 0 alone writes."""
+        model, optimizer = state.model, state.optimizer
+        # Weights and AdamW state are identical on every rank (DDP) or sharded over them
+        # (FSDP: gathered, in full, for rank 0); the RNGs differ: every rank's are gathered.
+        gathered = Gathered(*fsdp.full_state(model, optimizer)) if fsdp.is_sharded(model) else None
+        rng_files = state.rng.state_dict()
+        training_state = components.state_json(state)
+        if not world.is_main or step in self.saved:
             return None  # the final or signal save of a step already saved periodically
         try:
             path = save_checkpoint(
@@ -118,35 +122,28 @@ class Checkpointer:
                 step=step,
                 model=model,
                 optimizer=optimizer,
-                state=state,
-                rank_rng=rank_rng,
+                state=training_state,
+                rng_state=(rng_files["tensors"], rng_files["states"]),
                 gathered=gathered,
             )
         except (CheckpointError, OSError) as exc:
             previous = self.saved[-1] if self.saved else None
-            message = (
-                f"trainer: CHECKPOINT FAILED at step {step}: {exc}. Training continues; the "
-                f"last good checkpoint is step {previous}"
+            message = f"CHECKPOINT FAILED at step {step}: {exc}. Training continues; " + (
+                f"the last good checkpoint is step {previous}"
                 if previous is not None
-                else f"trainer: CHECKPOINT FAILED at step {step}: {exc}. Training continues; "
-                "there is no earlier checkpoint of this run"
+                else "there is no earlier checkpoint of this run"
             )
-            print(message, file=sys.stderr, flush=True)
+            log.error("%s", message)
             self.failures.append(message)
             return None
         self.saved.append(step)
         try:
             prune(self.directory, self.keep)
         except OSError as exc:  # the new checkpoint is safe; old ones merely stay on disk
-            print(f"trainer: checkpoint retention failed after step {step}: {exc}", file=sys.stderr)
+            log.warning("checkpoint retention failed after step %d: %s", step, exc)
         if self.on_saved is not None:
             self.on_saved(step, path)
         return path
-
-
-def first_step_after(state: TrainingState) -> int:
-    """The step a resumed run takes first: the one after the checkpoint's."""
-    return state.step + 1
 
 
 def resolve_checkpoint(spec: str | Path, directory: Path, model: Llama) -> Path:
@@ -154,52 +151,45 @@ def resolve_checkpoint(spec: str | Path, directory: Path, model: Llama) -> Path:
     if str(spec) == "latest":
         chosen, skipped = load.latest_valid(directory, architecture=model.config)
         for path, why in skipped:
-            print(f"trainer: skipping checkpoint {path}: {why}", file=sys.stderr)
+            log.warning("skipping checkpoint %s: %s", path, why)
         if chosen is None:
             raise CheckpointError(f"{directory}: no valid checkpoint to resume from")
         pointer = directory / LATEST_POINTER
         if skipped or not pointer.is_file() or pointer.read_text().strip() != chosen.name:
-            print(f"trainer: resuming from {chosen}", file=sys.stderr)
+            log.info("resuming from %s", chosen)
         return chosen
     return Path(spec)
 
 
-def resume_state(
-    path: Path,
-    model: Llama,
-    optimizer: torch.optim.Optimizer,
-    *,
-    identity: tuple[str, str | None],
-    override: bool,
-    world_size: int = 1,
-    rank: int = 0,
-    loaders: load.StateLoaders | None = None,
-) -> TrainingState:
-    """Verify and load ``path`` into model, optimizer and RNGs (rank ``rank``'s); refuse
-    another run's state, and a checkpoint of another data-parallel world size.
-    ``loaders``: for a sharded model (load.load_checkpoint)."""
-    state = load.read_state(path)
-    if state.world_size != world_size:
-        # Refused, not converted: the data split and each rank's RNG stream are functions
-        # of the world size, so another world size could not continue the same run.
-        raise CheckpointError(
-            f"{path}: written by a run of world size {state.world_size}; this run has world "
-            f"size {world_size}. Resuming on another world size is refused (the data split "
-            f"and the per-rank RNG states depend on it): relaunch with {state.world_size} "
-            f"process(es) (trainer apply --nproc {state.world_size})"
-        )
-    config, data = identity
-    differs = []
-    if state.config_hash != config:
-        differs.append(f"config hash {state.config_hash[:12]}... (this run {config[:12]}...)")
-    if state.data_manifest_sha256 != data:
-        differs.append(f"data manifest sha256 {state.data_manifest_sha256} (this run {data})")
-    if differs and not override:
-        raise CheckpointError(
-            f"{path}: written by another run: {'; '.join(differs)}; pass the override flag "
-            "to resume anyway"
-        )
-    return load.load_checkpoint(path, model, optimizer, rank=rank, loaders=loaders)
+def resume(
+    spec: str | Path,
+    directory: Path | None,
+    state: components.TrainState,
+    world: distributed.World = distributed.SINGLE,
+) -> None:
+    """Load checkpoint ``spec`` (``latest`` in ``directory``, or a path) into every part of
+    ``state``: state.json's parts in registry order (the identity first: another run's
+    checkpoint is refused before anything is loaded), then the weights and AdamW state,
+    then this rank's generators. CheckpointError when the checkpoint does not fit."""
+    if directory is None:
+        raise CheckpointError("resume_from needs checkpoint_dir (where the run's checkpoints are)")
+    path = resolve_checkpoint(spec, directory, state.model)
+    try:
+        components.load_state_json(state, load.read_state(path))  # verified first
+    except CheckpointError as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
+    load.load_checkpoint(
+        path,
+        state.model,
+        state.optimizer,
+        restore_random=False,
+        loaders=fsdp.LOADERS if fsdp.is_sharded(state.model) else None,
+    )
+    tensors, states = load.read_rng(path)
+    try:
+        state.rng.load_state_dict({"tensors": tensors, "states": states})
+    except CheckpointError as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
 
 
 class StopSignals:

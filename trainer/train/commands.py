@@ -54,6 +54,10 @@ from typing import Any
 from trainer import exit_codes
 
 
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
 def _fail(message: str) -> int:
     print(f"trainer apply: error: {message}", file=sys.stderr)
     return exit_codes.FINDINGS
@@ -112,7 +116,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         resume_other_run=args.resume_other_run,
     )
     try:
-        result, out_dir = apply_config(args.config, options)
+        result, out_dir = apply_config(args.config, options, say=_stderr)
     except ApplyError as exc:
         return _fail(str(exc))
     except RunAbortedError as exc:

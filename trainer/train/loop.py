@@ -14,8 +14,13 @@ One run, top to bottom (C-TRAINING-LOOP):
 3. Build the validation set once (the first sequences of the val split until
    ``eval_max_tokens`` target tokens, or the whole split) and refuse early stopping on a
    set too small to give signal (guards.check_validation_size).
-4. Write the run manifest (manifest.py) before step 1, when there is an output directory.
-5. Take the steps from trainer/train/steps.py iterate_steps - the driver the
+4. Register the run's resumable state (components.py): model, optimizer, RNG, the run's
+   identity, the data position, the schedule position, the guards, the validation losses.
+   With ``resume_from`` every part is loaded from the checkpoint (checkpointing.resume) and
+   the run continues at the step after it; metrics.jsonl first loses the lines of the
+   steps after the checkpoint (metrics.rewind), so each step is in it once.
+5. Write the run manifest (manifest.py) before step 1, when there is an output directory.
+6. Take the steps from trainer/train/steps.py iterate_steps - the driver the
    C-TRAINCFG-001 preflight is checked against - and for each step:
    - map its micro-batch index ranges through the epoch's order (sequences.epoch_order);
      a step in epoch >= 1 without wrap-around is DataExhaustedError naming the step,
@@ -28,16 +33,13 @@ One run, top to bottom (C-TRAINING-LOOP):
    - step the optimizer, record and write the metrics;
    - every ``eval_interval`` steps: validation loss, divergence guard, early stopping;
    - the config's alert rules (``monitoring.alerts``, alerts.py) against the step's record:
-     a warn rule is a stderr line and an ``alerts`` entry in the record; a stop rule ends
-     the run after this step like SIGTERM does (checkpoint, stop_reason "alert"), on the
-     first step that breaches it, agreed by every rank;
+     a warn rule is a logged warning and an ``alerts`` entry in the record; a stop rule
+     ends the run after this step like SIGTERM does (checkpoint, stop_reason "alert"), on
+     the first step that breaches it, agreed by every rank;
    - every ``save_interval`` steps, at the last step, and after the step in progress when
-     SIGTERM/SIGINT arrives: a checkpoint (train/checkpointing.py; a failed save is loud
-     and training goes on). With ``resume_from``, weights, AdamW state, RNG states, the
-     scheduler step, the data position and the guards come from the checkpoint and the
-     run continues at the step after it; metrics.jsonl first loses the lines of the steps
-     after the checkpoint (metrics.rewind), so each step is in it once.
-6. However the run ends - max_steps, early stopping, a signal, a stop alert, or an
+     SIGTERM/SIGINT arrives: a checkpoint of every registered part
+     (train/checkpointing.py; a failed save is loud and training goes on).
+7. However the run ends - max_steps, early stopping, a signal, a stop alert, or an
    exception (NonFiniteError, DivergenceError, DataExhaustedError, anything) - train()
    records it in training_state.json (MetricsWriter.finish: status, reason, ended_at),
    so `trainer monitor` shows how a run ended instead of calling it stale.
@@ -58,17 +60,17 @@ instead (FSDP2, gradients summed in the same way) before AdamW is built; checkpo
 gather its full state for rank 0 and are the files a single process writes.
 
 CPU runs in float32; CUDA runs the forward under bf16 autocast when the config asks.
-Named seams (_run_seed, _planned_steps, _train_step, _zero_grad, _start)
-let tests/mutants/loop.py inject the contract's known bugs one at a time.
+Named seams (_run_seed, _planned_steps, _train_step, _zero_grad, _update, _start) let
+tests/mutants/loop.py inject the contract's known bugs one at a time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import random
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -79,10 +81,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from trainer.checkpoint import rng
-from trainer.checkpoint.layout import CHECKPOINTS_DIR, CheckpointError
-from trainer.checkpoint.save import Gathered
-from trainer.checkpoint.state import TrainingState
+from trainer.checkpoint.layout import CHECKPOINTS_DIR
 from trainer.config.alerts import AlertRule
 from trainer.config.schedule import lr_at
 from trainer.model.config import LlamaConfig
@@ -90,6 +89,7 @@ from trainer.model.llama import build_model
 from trainer.train import (
     alerts,
     checkpointing,
+    components,
     distributed,
     fsdp,
     guards,
@@ -98,9 +98,12 @@ from trainer.train import (
     optim,
     preflight,
 )
+from trainer.train.hooks import Hooks, as_hooks
 from trainer.train.manifest import write_run_manifest
 from trainer.train.sequences import DataExhaustedError, SequenceSource, epoch_order
 from trainer.train.steps import StepPlan, iterate_steps
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -152,19 +155,29 @@ class LoopSettings:
 @dataclass
 class TrainResult:
     steps_run: int
-    losses: list[float]
-    grad_norms: list[float]
-    lrs: list[float]
     val_losses: list[tuple[int, float]]
     stop_reason: str  # "max_steps" | "early_stopping" | "signal" | "alert"
     model: nn.Module
     optimizer: torch.optim.Optimizer
     # Wraps taken: the 0-based epoch (StepPlan.epoch) of the last step.
     epochs_completed: int = 0
-    records: list[dict] = field(default_factory=list)  # the per-step metrics records
+    # One per step this process took: its metrics record (step, loss, lr, grad_norm, ...).
+    records: list[dict] = field(default_factory=list)
     checkpoints: list[int] = field(default_factory=list)  # steps saved by this process
     resumed_from: int = 0  # the checkpoint step this process started after (0: none)
     alert: alerts.Fired | None = None  # the stop rule that ended the run (stop_reason "alert")
+
+    @property
+    def losses(self) -> list[float]:
+        return [r["loss"] for r in self.records]
+
+    @property
+    def grad_norms(self) -> list[float]:
+        return [r["grad_norm"] for r in self.records]
+
+    @property
+    def lrs(self) -> list[float]:
+        return [r["lr"] for r in self.records]
 
 
 # ---------------------------------------------------------------- settings
@@ -225,6 +238,18 @@ def _autocast_dtype(settings: LoopSettings, device: torch.device) -> torch.dtype
     if device.type == "cuda" and settings.mixed_precision == "fp16":
         raise ValueError("mixed_precision fp16 needs a grad scaler, which this loop does not run")
     return None
+
+
+@contextlib.contextmanager
+def _deterministic(device: torch.device) -> Iterator[None]:
+    """Deterministic kernels on CPU for the duration of the run (restored after)."""
+    before = torch.are_deterministic_algorithms_enabled()
+    if device.type == "cpu":
+        torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
 
 
 # ---------------------------------------------------------------- seeds
@@ -323,58 +348,35 @@ def _data_rank(world: distributed.World) -> int:
 
 
 # ---------------------------------------------------------------- one step
-def _call_hook(hooks: Any, name: str, *args: Any) -> None:
-    fn = getattr(hooks, name, None) if hooks is not None else None
-    if fn is not None:
-        fn(*args)
-
-
 def _zero_grad(optimizer: torch.optim.Optimizer) -> None:
     optimizer.zero_grad(set_to_none=True)
-
-
-def _train_step(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    micro_batches: list[tuple[Tensor, Tensor]],
-    *,
-    step: int,
-    lr: float,
-    settings: LoopSettings,
-    autocast: torch.dtype | None,
-    hooks: Any,
-) -> tuple[float, float, int]:
-    """One optimizer step; returns (loss, pre-clip grad norm, target tokens).
-
-    Under data parallelism: the global batch's loss and token count, and the norm of the
-    all-reduced gradient (the same on every rank)."""
-    world = distributed.current_world()
-    optim.apply_lr(optimizer, lr)
-    _zero_grad(optimizer)
-    if world.distributed:
-        local = sum(loss.count_targets(targets) for _, targets in micro_batches)
-        count = _global_token_count(local, world)
-        share, _ = loss.accumulate_gradients(
-            model,
-            micro_batches,
-            autocast=autocast,
-            global_count=count,
-            defer_sync=lambda: distributed.defer_sync(model),
-        )
-        step_loss = distributed.sum_float(share, world)  # the shares add up to the mean
-    else:
-        step_loss, count = loss.accumulate_gradients(model, micro_batches, autocast=autocast)
-    grad_norm = optim.clip_gradients(model.parameters(), settings.grad_clip)
-    _check_finite_on_every_rank(step, step_loss, grad_norm, world)  # weights stay clean
-    _call_hook(hooks, "before_optimizer_step", step, optimizer, model)
-    optimizer.step()
-    return step_loss, grad_norm, count
 
 
 def _global_token_count(local: int, world: distributed.World) -> int:
     """The global batch's target count: all-reduced BEFORE backward, because each rank's
     backward divides by it (a rank's own count would weight its tokens differently)."""
     return distributed.sum_int(local, world)
+
+
+def _accumulate(
+    model: nn.Module,
+    micro_batches: list[tuple[Tensor, Tensor]],
+    autocast: torch.dtype | None,
+    world: distributed.World,
+) -> tuple[float, int]:
+    """Backward over the micro-batches: (the global batch's loss, its target count)."""
+    if not world.distributed:
+        return loss.accumulate_gradients(model, micro_batches, autocast=autocast)
+    local = sum(loss.count_targets(targets) for _, targets in micro_batches)
+    count = _global_token_count(local, world)
+    share, _ = loss.accumulate_gradients(
+        model,
+        micro_batches,
+        autocast=autocast,
+        global_count=count,
+        defer_sync=lambda: distributed.defer_sync(model),
+    )
+    return distributed.sum_float(share, world), count  # the shares add up to the mean
 
 
 def _check_finite_on_every_rank(
@@ -402,88 +404,73 @@ def _check_finite_on_every_rank(
         )
 
 
-# ---------------------------------------------------------------- the run
-@contextlib.contextmanager
-def _deterministic(device: torch.device) -> Iterator[None]:
-    """Deterministic kernels on CPU for the duration of the run (restored after)."""
-    before = torch.are_deterministic_algorithms_enabled()
-    if device.type == "cpu":
-        torch.use_deterministic_algorithms(True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before)
-
-
-def train(
-    settings: LoopSettings,
-    train_data: SequenceSource,
-    val_data: SequenceSource | None,
+def _update(
+    optimizer: torch.optim.Optimizer,
+    model: nn.Module,
     *,
-    hooks: Any = None,
-) -> TrainResult:
-    """Run ``settings.max_steps`` optimizer steps (or until early stopping).
-
-    ``hooks``: an optional object; any of these methods it has are called:
-    ``on_start(model, optimizer)`` once, before step 1;
-    ``step_batches(step, epoch, indices, micro_batches)`` before a step's forward,
-    ``before_optimizer_step(step, optimizer, model)`` after the finite check,
-    ``after_step(step, record)``, ``evaluation(step, batches, val_loss)``.
-    Raises preflight.PreflightError before anything is built or written when the model,
-    tokenizer, shards or resumed checkpoint disagree on the vocabulary (fresh start and
-    resume alike); DataExhaustedError, guards.NonFiniteError or guards.DivergenceError
-    during the run; a run never ends early without saying why (TrainResult.stop_reason,
-    and training_state.json's status and reason, written however the run ends).
-    """
-    preflight.check_run(settings, train_data, val_data)  # milliseconds; before the model
-    device = _resolve_device(settings.device)
-    checkpoints = settings.checkpoint_dir is not None
-    signals = checkpointing.StopSignals() if checkpoints else contextlib.nullcontext()
-    # torchrun's process group (world size 1 and no group without torchrun's environment)
-    with _deterministic(device), distributed.process_group(device) as world, signals as stop:
-        run = _start(settings, train_data, val_data, hooks, device, world=world)
-        run.stop = stop
-        try:
-            run.run()
-        except BaseException as exc:
-            # NaN, divergence, exhausted data, Ctrl-C without a checkpoint dir, any bug:
-            # the run records that it aborted, and the exception goes on to the caller.
-            _record_end(run, "aborted", f"{type(exc).__name__}: {exc}")
-            raise
-        else:
-            _record_end(run, *run.end_status())
-        finally:
-            run.writer.close()
-            # The DDP wrapper goes before its process group does (a DDP reducer freed
-            # after destroy_process_group can block forever).
-            run.model = run.result.model
-    return run.result
+    step: int,
+    step_loss: float,
+    grad_norm: float,
+    world: distributed.World,
+    hooks: Hooks,
+) -> None:
+    """The weights move only once every rank has found the loss and norm finite."""
+    _check_finite_on_every_rank(step, step_loss, grad_norm, world)
+    hooks.before_optimizer_step(step, optimizer, model)
+    optimizer.step()
 
 
+def _train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    micro_batches: list[tuple[Tensor, Tensor]],
+    *,
+    step: int,
+    lr: float,
+    settings: LoopSettings,
+    autocast: torch.dtype | None,
+    hooks: Hooks,
+) -> tuple[float, float, int]:
+    """One optimizer step; returns (loss, pre-clip grad norm, target tokens).
+
+    Under data parallelism: the global batch's loss and token count, and the norm of the
+    all-reduced gradient (the same on every rank)."""
+    world = distributed.current_world()
+    optim.apply_lr(optimizer, lr)
+    _zero_grad(optimizer)
+    step_loss, count = _accumulate(model, micro_batches, autocast, world)
+    grad_norm = optim.clip_gradients(model.parameters(), settings.grad_clip)
+    _update(
+        optimizer,
+        model,
+        step=step,
+        step_loss=step_loss,
+        grad_norm=grad_norm,
+        world=world,
+        hooks=hooks,
+    )
+    return step_loss, grad_norm, count
+
+
+# ---------------------------------------------------------------- the run
 @dataclass
 class _Run:
-    """The live state of one run and its two actions: take a step, evaluate."""
+    """One run's live objects and what it does: take a step, evaluate, save, stop."""
 
     settings: LoopSettings
     train_data: SequenceSource
     val_batches: list[tuple[Tensor, Tensor]]
-    model: nn.Module  # what forward runs through: the module, or torch.compile of it
-    optimizer: torch.optim.Optimizer
+    forward: nn.Module  # what forward runs through: the model, DDP or torch.compile of it
+    state: components.TrainState  # everything a checkpoint holds
     device: torch.device
     autocast: torch.dtype | None
     orders: _EpochOrders
-    divergence: guards.DivergenceGuard
-    early: guards.EarlyStopping | None
     writer: metrics.MetricsWriter
     result: TrainResult
-    hooks: Any
+    hooks: Hooks
     checkpointer: checkpointing.Checkpointer | None = None
-    identity: tuple[str, str | None] = ("", None)
-    resumed: TrainingState | None = None
-    first_step: int = 1
-    scheduler_step: int = 0  # the step the LR schedule was last evaluated at
-    stop: checkpointing.StopSignals | None = None
     world: distributed.World = distributed.SINGLE
+    stop: checkpointing.StopSignals | None = None
 
     def step(self, plan: StepPlan) -> dict:
         s = self.settings
@@ -491,8 +478,8 @@ class _Run:
         rank = _data_rank(self.world)
         index_lists = [self.orders.indices(plan.epoch, r) for r in plan.micro_batches(rank)]
         micro_batches = [self.train_data.batch(ix) for ix in index_lists]
-        _call_hook(self.hooks, "step_batches", plan.step, plan.epoch, index_lists, micro_batches)
-        self.scheduler_step = plan.step  # lr_at is a pure function of the step
+        self.hooks.step_batches(plan.step, plan.epoch, index_lists, micro_batches)
+        self.state.schedule.step = plan.step  # lr_at is a pure function of the step
         lr = lr_at(
             plan.step,
             peak=s.lr,
@@ -501,8 +488,8 @@ class _Run:
             min_lr=s.min_lr,
         )
         step_loss, grad_norm, tokens = _train_step(
-            self.model,
-            self.optimizer,
+            self.forward,
+            self.state.optimizer,
             micro_batches,
             step=plan.step,
             lr=lr,
@@ -512,13 +499,6 @@ class _Run:
         )
         if self.device.type == "cuda":
             torch.cuda.synchronize()  # honest step times
-        elapsed = time.perf_counter() - started
-        r = self.result
-        r.steps_run = plan.step
-        r.losses.append(step_loss)
-        r.grad_norms.append(grad_norm)
-        r.lrs.append(lr)
-        r.epochs_completed = plan.epoch
         record = self.writer.step_record(
             plan.step,
             epoch=plan.epoch,
@@ -526,30 +506,35 @@ class _Run:
             lr=lr,
             grad_norm=grad_norm,
             tokens=tokens,
-            seconds=elapsed,
+            seconds=time.perf_counter() - started,
         )
-        r.records.append(record)
+        self.result.steps_run, self.result.epochs_completed = plan.step, plan.epoch
+        self.result.records.append(record)
         return record
 
     def evaluate(self, step: int, record: dict) -> None:
-        """Validation loss, then the divergence guard (which rejects NaN/inf before early
-        stopping sees the value), then early stopping."""
-        val_loss, _ = loss.evaluate_loss(self.model, self.val_batches, autocast=self.autocast)
-        self.result.val_losses.append((step, val_loss))
+        """Validation loss, then the guards: divergence, then early stopping."""
+        val_loss, _ = loss.evaluate_loss(self.forward, self.val_batches, autocast=self.autocast)
+        self.state.metrics.add(step, val_loss)
         record["val_loss"] = val_loss
-        _call_hook(self.hooks, "evaluation", step, self.val_batches, val_loss)
-        self.divergence.check(val_loss)
-        if self.early is not None and self.early.update(val_loss):
+        self.hooks.evaluation(step, self.val_batches, val_loss)
+        if self.state.guards.check(val_loss):
             self.result.stop_reason = "early_stopping"
+
+    def save(self, plan: StepPlan) -> None:
+        """Checkpoint the state after ``plan``'s step (a failure is logged, not raised)."""
+        assert self.checkpointer is not None, "save() on a run without checkpoint_dir"
+        self.state.data.completed(plan)
+        if self.checkpointer.save(plan.step, self.state, self.world) is not None:
+            self.result.checkpoints.append(plan.step)
 
     def run(self) -> None:
         s = self.settings
-        _call_hook(self.hooks, "on_start", self.result.model, self.optimizer)
+        self.hooks.on_start(self.result.model, self.state.optimizer)
         last: StepPlan | None = None
         for plan in _planned_steps(s, self.train_data.num_sequences):
-            if self.resumed is not None and plan.step == self.resumed.step:
-                _check_data_position(plan, self.resumed)
-            if plan.step < self.first_step:
+            self.state.data.check(plan)  # resumed: the driver agrees with the checkpoint
+            if plan.step < self.state.data.first_step:
                 continue  # done before the checkpoint this run resumed from
             record = self.step(plan)
             last = plan
@@ -559,29 +544,33 @@ class _Run:
             self.writer.write(record, max_steps=s.max_steps, log_interval=s.log_interval)
             if self.checkpointer is not None and self.checkpointer.due(plan.step):
                 self.save(plan)
-            _call_hook(self.hooks, "after_step", plan.step, record)
-            if self.stop_on_alert(fired):
-                break  # saved below, as for a signal
-            if self.result.stop_reason != "max_steps":
+            self.hooks.after_step(plan.step, record)
+            # A stop alert, early stopping or a signal: the checkpoint below, then the end.
+            if self.stop_on_alert(fired) or self.result.stop_reason != "max_steps":
                 break
-            requested = self.stop is not None and self.stop.requested is not None
-            # Every rank stops after the same step, even when only one got the signal.
-            if distributed.any_rank(requested, self.world):
-                self.result.stop_reason = "signal"  # SIGTERM/SIGINT: save, then a clean stop
+            if self.signalled():
                 break
         if last is not None and self.checkpointer is not None:
             self.save(last)  # the last step, early stop, signal or alert (no-op if just saved)
 
+    def signalled(self) -> bool:
+        """SIGTERM/SIGINT: save, then a clean stop. Every rank stops after the same step,
+        even when only one got the signal."""
+        requested = self.stop is not None and self.stop.requested is not None
+        if distributed.any_rank(requested, self.world):
+            self.result.stop_reason = "signal"
+            return True
+        return False
+
     def check_alerts(self, record: dict) -> list[alerts.Fired]:
         """The config's alert rules against this step's record (val_loss included when it
         was an evaluation step): fired rules go into the record, and each warn rule is
-        one stderr line from rank 0 (the stop rules are reported by whoever stops)."""
+        one logged warning from rank 0 (the stop rules are reported by whoever stops)."""
         fired = alerts.check(self.settings.alerts, record)
         alerts.annotate(record, fired)
         if self.world.is_main:
             for warning in (f for f in fired if f.rule.action == "warn"):
-                lead = "\n" if sys.stderr.isatty() else ""  # after the progress line
-                print(f"{lead}trainer: alert: {warning.message()}", file=sys.stderr, flush=True)
+                log.warning("alert: %s", warning.message())
         return fired
 
     def stop_on_alert(self, fired: list[alerts.Fired]) -> bool:
@@ -605,13 +594,13 @@ class _Run:
 
     def end_status(self) -> tuple[str, str]:
         """(status, reason) of a run that returned: training_state.json's end record."""
-        r, s = self.result, self.settings
+        r, s, early = self.result, self.settings, self.state.guards.early
         if r.stop_reason == "alert" and r.alert is not None:
             return "alert", r.alert.message()
-        if r.stop_reason == "early_stopping" and self.early is not None:
+        if r.stop_reason == "early_stopping" and early is not None:
             return "early_stopping", (
-                f"step {r.steps_run}: validation loss did not improve on {self.early.best!r} "
-                f"(evaluation {self.early.best_eval}) for {self.early.patience} evaluations"
+                f"step {r.steps_run}: validation loss did not improve on {early.best!r} "
+                f"(evaluation {early.best_eval}) for {early.patience} evaluations"
             )
         if r.stop_reason == "signal":
             got = self.stop.requested if self.stop is not None else None
@@ -621,79 +610,58 @@ class _Run:
             raise RuntimeError(f"no end status for stop reason {r.stop_reason!r}")
         return "finished", f"step {r.steps_run}: max_steps {s.max_steps} reached"
 
-    def save(self, plan: StepPlan) -> None:
-        """Checkpoint the state after ``plan``'s step (a failure is reported, not raised)."""
-        s = self.settings
-        config_hash, data_sha = self.identity
-        val = [v for _, v in self.result.val_losses]
-        earlier = self.resumed.best_val_loss if self.resumed is not None else None
-        best = [*val, earlier] if earlier is not None else val  # best across the resume
-        state = TrainingState(
-            step=plan.step,
-            epoch=plan.epoch,
-            epoch_step=_epoch_step(plan),
-            scheduler_step=self.scheduler_step,
-            config_hash=config_hash,
-            data_manifest_sha256=data_sha,
-            val_loss=val[-1] if val else None,
-            best_val_loss=min(best) if best else None,
-            early_stopping=self.early.state_dict() if self.early is not None else None,
-            divergence=self.divergence.state_dict(),
-            seed=s.seed,
-            tokenizer_dir=None if s.tokenizer_dir is None else str(s.tokenizer_dir),
-            world_size=self.world.world_size,
-        )
-        if self.checkpointer is None:
-            raise RuntimeError("save() called on a run without checkpoint_dir")
-        model, optimizer = self.result.model, self.optimizer
-        if not self.world.distributed:
-            saved = self.checkpointer.save(plan.step, model, optimizer, state)
-        else:
-            # Weights and AdamW state are identical on every rank (DDP) or sharded over
-            # them (FSDP: gathered, in full, for rank 0); the RNGs differ: every rank's go to
-            # rank 0, the one writer. Collectives: all ranks call them.
-            gathered = None
-            if fsdp.is_sharded(model):
-                gathered = Gathered(*fsdp.full_state(model, optimizer))
-            rank_rng = _gather_rng(self.world)
-            if not self.world.is_main:
-                return
-            saved = self.checkpointer.save(
-                plan.step, model, optimizer, state, rank_rng=rank_rng, gathered=gathered
-            )
-        if saved:
-            self.result.checkpoints.append(plan.step)
+    def record_end(self, status: str, reason: str) -> None:
+        """MetricsWriter.finish; a failure to write it is logged but does not replace the
+        run's own outcome (its result, or the exception that aborted it)."""
+        try:
+            self.writer.finish(status, reason, max_steps=self.settings.max_steps)
+        except (OSError, metrics.MetricsFileError) as exc:
+            log.error("could not record the end status %r: %s", status, exc)
 
 
-def _record_end(run: _Run, status: str, reason: str) -> None:
-    """MetricsWriter.finish; a failure to write it is loud on stderr but does not replace
-    the run's own outcome (its result, or the exception that aborted it)."""
-    try:
-        run.writer.finish(status, reason, max_steps=run.settings.max_steps)
-    except (OSError, metrics.MetricsFileError) as exc:
-        print(f"trainer: could not record the end status {status!r}: {exc}", file=sys.stderr)
-
-
-def _gather_rng(world: distributed.World) -> list[tuple[dict[str, Tensor], dict]]:
-    """Every rank's generator states, in rank order (JSON over tensor collectives)."""
-    tensors, states = rng.capture_rng()
-    mine = {"tensors": {k: v.tolist() for k, v in tensors.items()}, "states": states}
-    return [
-        ({k: torch.tensor(v, dtype=torch.uint8) for k, v in r["tensors"].items()}, r["states"])
-        for r in distributed.gather_json(mine, world)
-    ]
+def _register(
+    settings: LoopSettings,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    world: distributed.World,
+) -> components.TrainState:
+    """Every resumable part of a fresh run under its key (components.py)."""
+    # (config hash, data manifest sha256): only a run that checkpoints needs them.
+    identity = (
+        ("", None) if settings.checkpoint_dir is None else checkpointing.run_identity(settings)
+    )
+    return components.TrainState(
+        identity=components.RunIdentity(
+            *identity,
+            seed=settings.seed,
+            tokenizer_dir=None if settings.tokenizer_dir is None else str(settings.tokenizer_dir),
+            world_size=world.world_size,
+            override=settings.resume_override,
+        ),
+        data=components.DataPosition(),
+        schedule=components.SchedulePosition(),
+        guards=components.Guards(
+            guards.DivergenceGuard(settings.model.vocab_size),
+            guards.EarlyStopping() if settings.early_stopping else None,
+        ),
+        metrics=components.ValidationHistory(),
+        model=model,
+        optimizer=optimizer,
+        rng=components.RngState(world),
+    )
 
 
 def _start(
     settings: LoopSettings,
     train_data: SequenceSource,
     val_data: SequenceSource | None,
-    hooks: Any,
+    hooks: Hooks,
     device: torch.device,
     *,
     world: distributed.World = distributed.SINGLE,
 ) -> _Run:
-    """Seed, build model and optimizer, fix the validation set, write the manifest."""
+    """Seed, build model and optimizer, fix the validation set, register the state (from
+    the checkpoint on a resume), write the manifest."""
     if train_data.seq_len != settings.seq_len:
         raise ValueError(
             f"training data has seq_len {train_data.seq_len}, settings say {settings.seq_len}"
@@ -716,109 +684,90 @@ def _start(
     val_batches = _validation_batches(val_data, settings)
     val_tokens = sum(loss.count_targets(t) for _, t in val_batches)
     guards.check_validation_size(val_tokens, settings.early_stopping)
-    checkpointer, identity, resumed = None, ("", None), None
-    divergence = guards.DivergenceGuard(settings.model.vocab_size)
-    early = guards.EarlyStopping() if settings.early_stopping else None
+    checkpointer = None
     if settings.checkpoint_dir is not None:
         checkpointer = checkpointing.Checkpointer(
             settings.checkpoint_dir, settings.save_interval, settings.keep_checkpoints
         )
-        identity = checkpointing.run_identity(settings)
+    state = _register(settings, model, optimizer, world)
     if settings.resume_from is not None:
-        resumed = _resume(
-            settings,
-            model,
-            optimizer,
-            identity=identity,
-            divergence=divergence,
-            early=early,
-            world=world,
-        )
+        checkpointing.resume(settings.resume_from, settings.checkpoint_dir, state, world)
+    resumed_from = state.data.resumed_from
     out_dir = settings.out_dir if world.is_main else None  # rank 0 alone writes
-    if resumed is not None and out_dir is not None:
+    if resumed_from and out_dir is not None:
         # The steps after the checkpoint are taken again: their earlier lines (and a line
         # torn by a kill) leave metrics.jsonl first, so every step appears once.
-        metrics.rewind(Path(out_dir), resumed.step, max_steps=settings.max_steps)
+        metrics.rewind(Path(out_dir), resumed_from, max_steps=settings.max_steps)
     if out_dir is not None:
         write_run_manifest(settings, Path(out_dir), seed=seed, device=device, world=world)
     # DDP after the resume (every rank holds the checkpoint's weights), compile after DDP.
     forward = distributed.wrap_data_parallel(model, world, device)
-    run = _Run(
+    writer = metrics.MetricsWriter(out_dir, settings.model, settings.seq_len, device)
+    if checkpointer is not None:
+        checkpointer.on_saved = writer.checkpoint  # runs.db lists the saved checkpoints
+    return _Run(
         settings=settings,
         train_data=train_data,
         val_batches=val_batches,
-        model=torch.compile(forward) if settings.compile else forward,
-        optimizer=optimizer,
+        forward=torch.compile(forward) if settings.compile else forward,
+        state=state,
         device=device,
         autocast=_autocast_dtype(settings, device),
         orders=_EpochOrders(train_data.num_sequences, seed, settings.shuffle),
-        divergence=divergence,
-        early=early,
-        writer=metrics.MetricsWriter(out_dir, settings.model, settings.seq_len, device),
-        result=TrainResult(0, [], [], [], [], "max_steps", model, optimizer),
+        writer=writer,
+        # val_losses is the METRICS part's own list: the result sees every evaluation.
+        result=TrainResult(
+            steps_run=resumed_from,
+            val_losses=state.metrics.losses,
+            stop_reason="max_steps",
+            model=model,
+            optimizer=optimizer,
+            resumed_from=resumed_from,
+        ),
         hooks=hooks,
         checkpointer=checkpointer,
-        identity=identity,
         world=world,
     )
-    if checkpointer is not None:
-        checkpointer.on_saved = run.writer.checkpoint  # runs.db lists the saved checkpoints
-    if resumed is not None:
-        run.resumed = resumed
-        run.first_step = checkpointing.first_step_after(resumed)
-        run.scheduler_step = resumed.scheduler_step
-        run.result.resumed_from = resumed.step
-        run.result.steps_run = resumed.step
-    return run
 
 
-# ---------------------------------------------------------------- resume
-def _epoch_step(plan: StepPlan) -> int:
-    """Steps of ``plan.epoch`` completed once ``plan`` is done: the data position."""
-    return plan.first_sequence // (plan.micro_batch * plan.grad_accum * plan.world_size) + 1
-
-
-def _check_data_position(plan: StepPlan, state: TrainingState) -> None:
-    """The step driver and the checkpoint must agree on where the data stands."""
-    position = (plan.epoch, _epoch_step(plan))
-    if position != (state.epoch, state.epoch_step):
-        raise CheckpointError(
-            f"step {state.step}: the checkpoint's data position (epoch {state.epoch}, step "
-            f"{state.epoch_step} of it) is not this run's (epoch {position[0]}, step "
-            f"{position[1]}): another batch size or data set?"
-        )
-
-
-def _resume(
+def train(
     settings: LoopSettings,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
+    train_data: SequenceSource,
+    val_data: SequenceSource | None,
     *,
-    identity: tuple[str, str | None],
-    divergence: guards.DivergenceGuard,
-    early: guards.EarlyStopping | None,
-    world: distributed.World = distributed.SINGLE,
-) -> TrainingState:
-    """Load the checkpoint into model, optimizer, RNGs and guards; CheckpointError if unfit."""
-    if settings.checkpoint_dir is None:
-        raise CheckpointError("resume_from needs checkpoint_dir (where the run's checkpoints are)")
-    path = checkpointing.resolve_checkpoint(settings.resume_from, settings.checkpoint_dir, model)
-    state = checkpointing.resume_state(
-        path,
-        model,
-        optimizer,
-        identity=identity,
-        override=settings.resume_override,
-        world_size=world.world_size,
-        rank=world.rank,
-        loaders=fsdp.LOADERS if fsdp.is_sharded(model) else None,
-    )
-    if state.scheduler_step != state.step:
-        raise CheckpointError(
-            f"{path}: scheduler step {state.scheduler_step} != optimizer step {state.step}"
-        )
-    if state.divergence is not None:
-        divergence.load_state_dict(state.divergence)
-    if early is not None and state.early_stopping is not None:
-        early.load_state_dict(state.early_stopping)
-    return state
+    hooks: Hooks | None = None,
+) -> TrainResult:
+    """Run ``settings.max_steps`` optimizer steps (or until early stopping).
+
+    ``hooks``: what the caller watches (hooks.py Hooks: on_start, step_batches,
+    before_optimizer_step, after_step, evaluation); an object with only some of those
+    methods is adapted (as_hooks). Raises preflight.PreflightError before anything is
+    built or written when the model, tokenizer, shards or resumed checkpoint disagree on
+    the vocabulary (fresh start and resume alike); DataExhaustedError,
+    guards.NonFiniteError or guards.DivergenceError during the run; a run never ends
+    early without saying why (TrainResult.stop_reason, and training_state.json's status
+    and reason, written however the run ends).
+    """
+    preflight.check_run(settings, train_data, val_data)  # milliseconds; before the model
+    device = _resolve_device(settings.device)
+    checkpoints = settings.checkpoint_dir is not None
+    signals = checkpointing.StopSignals() if checkpoints else contextlib.nullcontext()
+    # torchrun's process group (world size 1 and no group without torchrun's environment)
+    with _deterministic(device), distributed.process_group(device) as world, signals as stop:
+        run = _start(settings, train_data, val_data, as_hooks(hooks), device, world=world)
+        run.stop = stop
+        try:
+            run.run()
+        except BaseException as exc:
+            # NaN, divergence, exhausted data, Ctrl-C without a checkpoint dir, any bug:
+            # the run records that it aborted, and the exception goes on to the caller.
+            run.record_end("aborted", f"{type(exc).__name__}: {exc}")
+            raise
+        else:
+            run.record_end(*run.end_status())
+        finally:
+            run.writer.close()
+            # The DDP wrapper goes before its process group does (a DDP reducer freed
+            # after destroy_process_group can block forever).
+            run.forward = run.result.model
+    return run.result

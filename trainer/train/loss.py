@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F  # noqa: N812 - the universal alias
@@ -78,21 +79,23 @@ def _token_losses(logits: Tensor, targets: Tensor) -> Tensor:
     return flat.view(targets.shape)
 
 
-def _micro_batch_loss(
-    token_losses: Tensor,
-    targets: Tensor,
-    *,
-    global_count: int,
-    global_sequences: int,
-    num_micro_batches: int,
-) -> Tensor:
+@dataclass(frozen=True)
+class GlobalBatch:
+    """What one optimizer step reduces over: all of its micro-batches, on every rank."""
+
+    targets: int  # non-padding target tokens
+    sequences: int
+    micro_batches: int
+
+
+def _micro_batch_loss(token_losses: Tensor, targets: Tensor, batch: GlobalBatch) -> Tensor:
     """One micro-batch's share of the step loss: its token SUM over the GLOBAL count.
 
-    Summed over the micro-batches this is exactly the token mean of the global batch.
-    (global_sequences and num_micro_batches are unused by the rule; they are here so the
-    contract's wrong reductions can be written as one-line mutants of this seam.)
+    Summed over the micro-batches this is exactly the token mean of the global batch (the
+    contract's wrong reductions - by sum, per micro-batch, per sequence - are each a
+    different use of ``batch``).
     """
-    return token_losses.sum() / global_count
+    return token_losses.sum() / batch.targets
 
 
 def _autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
@@ -158,20 +161,18 @@ def accumulate_gradients(
             f"the step's {len(micro_batches)} micro-batch(es) hold no non-padding target "
             "tokens; there is no loss to compute"
         )
-    global_sequences = sum(targets.shape[0] for _, targets in micro_batches)
+    batch = GlobalBatch(
+        targets=global_count,
+        sequences=sum(targets.shape[0] for _, targets in micro_batches),
+        micro_batches=len(micro_batches),
+    )
     step_loss = torch.zeros((), dtype=torch.float64, device=_model_device(model))  # one sync
     last = len(micro_batches) - 1
     for index, (inputs, targets) in enumerate(micro_batches):
         deferred = defer_sync is not None and index < last
         with defer_sync() if deferred else contextlib.nullcontext():
             token_losses, on_device = _forward(model, inputs, targets, autocast)
-            share = _micro_batch_loss(
-                token_losses,
-                on_device,
-                global_count=global_count,
-                global_sequences=global_sequences,
-                num_micro_batches=len(micro_batches),
-            )
+            share = _micro_batch_loss(token_losses, on_device, batch)
             share.backward()
         step_loss += share.detach().to(torch.float64)
     return float(step_loss.item()), global_count

@@ -23,9 +23,9 @@ import torch
 
 from gates.files import sha256_file
 from trainer import __version__
-from trainer.runfiles.metrics_file import RUN_MANIFEST
+from trainer.runfiles.json_file import atomic_write_json
+from trainer.runfiles.names import RunDir
 from trainer.store.identity import launch_identity
-from trainer.train.metrics import atomic_write_json
 
 
 def _git(args: list[str], cwd: Path) -> str | None:
@@ -84,7 +84,7 @@ def write_run_manifest(
 ) -> Path:
     """``world``: a trainer.train.distributed.World (None: one process)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / RUN_MANIFEST
+    path = RunDir(out_dir).manifest
     manifest = run_manifest(settings, seed=seed, device=device, world=world)
     # The run id and first start: minted by a new run, carried over by a resume.
     previous = path if settings.resume_from is not None else None

@@ -20,6 +20,7 @@ from trainer.tokenizer import bpe
 from trainer.tokenizer.model import ByteLevelBPE
 from trainer.tokenizer.pretokenize import count_words
 from trainer.train import loss
+from trainer.train.hooks import Hooks
 from trainer.train.loop import LoopSettings
 
 VOCAB = 64
@@ -88,7 +89,7 @@ def settings(**overrides) -> LoopSettings:
     return dataclasses.replace(base, **overrides)
 
 
-class Recorder:
+class Recorder(Hooks):
     """Loop hooks that keep what each step consumed and saw."""
 
     def __init__(self) -> None:

@@ -9,7 +9,8 @@ import json
 import os
 from pathlib import Path
 
-from trainer.runfiles.metrics_file import METRICS_FILE, STATE_FILE, atomic_write_json
+from trainer.runfiles.json_file import atomic_write_json
+from trainer.runfiles.names import METRICS_FILE, TRAINING_STATE_FILE
 
 NOW = 1_700_000_000.0  # the clock every synthetic run is read at
 STEP_TIMES = (0.4, 0.5, 0.6)  # median 0.5 s
@@ -52,12 +53,12 @@ def make_run(
     state = {"max_steps": max_steps, "last": lines[-1]}
     if end is not None:
         state |= {"status": end[0], "reason": end[1], "ended_at": "2023-11-14T22:13:19+00:00"}
-    atomic_write_json(root / STATE_FILE, state)
+    atomic_write_json(root / TRAINING_STATE_FILE, state)
     (root / "run_manifest.json").write_text("{}\n", encoding="utf-8")
     end = NOW - updated_ago
     start = end - 0.5 * steps
     os.utime(root / "run_manifest.json", (start, start))
-    for name in (METRICS_FILE, STATE_FILE):
+    for name in (METRICS_FILE, TRAINING_STATE_FILE):
         os.utime(root / name, (end, end))
     for step in checkpoints:
         ckpt = root / "checkpoints" / f"step-{step:08d}"

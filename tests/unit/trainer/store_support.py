@@ -9,7 +9,8 @@ import sqlite3
 from pathlib import Path
 
 from tests.unit.trainer.loop_support import TensorSequences, random_rows, settings
-from trainer.runfiles.metrics_file import METRICS_FILE, STATE_FILE, atomic_write_json
+from trainer.runfiles.json_file import atomic_write_json
+from trainer.runfiles.names import METRICS_FILE, TRAINING_STATE_FILE
 from trainer.train import loop
 
 RUN_ID = "0123456789abcdef0123456789abcdef"
@@ -72,7 +73,9 @@ def write_run(
     lines = [record(s, val=s % 5 == 0) for s in range(1, steps + 1)]
     (run_dir / METRICS_FILE).write_text("".join(json.dumps(x) + "\n" for x in lines) + tail)
     if lines:
-        atomic_write_json(run_dir / STATE_FILE, {"max_steps": max_steps, "last": lines[-1]})
+        atomic_write_json(
+            run_dir / TRAINING_STATE_FILE, {"max_steps": max_steps, "last": lines[-1]}
+        )
     return run_dir
 
 

@@ -10,6 +10,7 @@ max_steps 35, save_interval 10 (tiny model, 8 steps per epoch): run A leaves 10,
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 
@@ -93,8 +94,9 @@ def test_checkpoints_land_every_interval_at_the_end_and_after_sigterm_and_never_
 
 
 def test_a_failed_save_is_loud_and_training_goes_on_with_the_previous_checkpoint_intact(
-    tmp_path, monkeypatch, capsys
+    tmp_path, monkeypatch, caplog
 ):
+    caplog.set_level(logging.WARNING, logger="trainer")
     real = save_module._write_model
     failures = {"left": 1}
 
@@ -108,7 +110,7 @@ def test_a_failed_save_is_loud_and_training_goes_on_with_the_previous_checkpoint
     result = loop.train(_settings(tmp_path), _data(), None)
     assert (result.steps_run, result.stop_reason) == (35, "max_steps")
     assert result.checkpoints == [10, 30, 35] == _saved(tmp_path)
-    err = capsys.readouterr().err
+    (err,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert "CHECKPOINT FAILED at step 20" in err and "No space left" in err, err
     assert "last good checkpoint is step 10" in err
     assert not list(tmp_path.glob("*.tmp")), "the failed save left its staging directory"

@@ -23,7 +23,12 @@ from safetensors.torch import load_file
 from tests.unit.trainer import distributed_child
 from tests.unit.trainer.distributed_support import read_result, run_child
 from tests.unit.trainer.loop_support import tiny_config
-from trainer.checkpoint.layout import MODEL_FILE, OPTIMIZER_FILE, STATE_FILE, step_dir_name
+from trainer.checkpoint.layout import (
+    CHECKPOINT_STATE_FILE,
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    step_dir_name,
+)
 from trainer.checkpoint.load import load_checkpoint
 from trainer.checkpoint.verify import inspect_checkpoint
 from trainer.model.llama import build_model
@@ -122,7 +127,9 @@ def test_fsdp_checkpoint_is_a_single_process_checkpoint(runs):
         assert {k: (v.shape, v.dtype) for k, v in mine.items()} == {
             k: (v.shape, v.dtype) for k, v in reference.items()
         }, name
-    mine, reference = (json.loads((d / STATE_FILE).read_text()) for d in (sharded, single))
+    mine, reference = (
+        json.loads((d / CHECKPOINT_STATE_FILE).read_text()) for d in (sharded, single)
+    )
     assert mine["optimizer_groups"] == reference["optimizer_groups"]
     # Loaded by one process, as `trainer export` / a one-process resume would read it.
     model = build_model(tiny_config(), device=torch.device("cpu"), seed=0)

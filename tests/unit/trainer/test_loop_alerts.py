@@ -7,6 +7,7 @@ aborted), and a resume drops the end record while it runs again."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import signal
@@ -24,7 +25,8 @@ from tests.unit.trainer.loop_support import (  # noqa: F401 - one_thread is a fi
 from trainer.checkpoint.layout import checkpoint_dirs, step_of
 from trainer.checkpoint.verify import inspect_checkpoint
 from trainer.config.alerts import METRICS, AlertRule, parse_rule
-from trainer.runfiles.metrics_file import END_STATUSES, STATE_FILE
+from trainer.runfiles.names import TRAINING_STATE_FILE
+from trainer.runfiles.training_state import END_STATUSES
 from trainer.train import alerts, guards, loop, metrics
 
 
@@ -113,7 +115,7 @@ def _settings(tmp_path, **overrides):
 
 
 def _state(out) -> dict:
-    return json.loads((out / STATE_FILE).read_text())
+    return json.loads((out / TRAINING_STATE_FILE).read_text())
 
 
 def test_a_stop_rule_on_grad_norm_ends_the_run_after_the_first_breaching_step(tmp_path):
@@ -145,7 +147,8 @@ def test_a_stop_rule_on_grad_norm_ends_the_run_after_the_first_breaching_step(tm
     assert state["reason"] == result.alert.message() and state["ended_at"].endswith("+00:00")
 
 
-def test_a_warn_rule_reports_each_breach_and_the_run_goes_on(tmp_path, capsys):
+def test_a_warn_rule_reports_each_breach_and_the_run_goes_on(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="trainer")
     r = rule("val_loss > 0", action="warn")
     val = TensorSequences(random_rows(8, 8, seed=9))
     result = loop.train(_settings(tmp_path, alerts=(r,), eval_interval=4), _data(), val)
@@ -155,8 +158,8 @@ def test_a_warn_rule_reports_each_breach_and_the_run_goes_on(tmp_path, capsys):
     assert lines[3]["alerts"] == [
         {"rule": "val_loss > 0", "action": "warn", "value": lines[3]["val_loss"]}
     ]
-    err = [x for x in capsys.readouterr().err.splitlines() if "trainer: alert:" in x]
-    assert len(err) == 3 and err[0].startswith("trainer: alert: step 4: val_loss "), err
+    warned = [x.getMessage() for x in caplog.records if x.getMessage().startswith("alert:")]
+    assert len(warned) == 3 and warned[0].startswith("alert: step 4: val_loss "), warned
     assert _state(tmp_path)["status"] == "finished"
 
 
@@ -246,7 +249,7 @@ def test_a_resume_drops_the_end_record_while_it_runs(tmp_path):
 
     class Peek:
         def after_step(self, step, record):
-            seen.setdefault(step, json.loads((out / STATE_FILE).read_text()).get("status"))
+            seen.setdefault(step, json.loads((out / TRAINING_STATE_FILE).read_text()).get("status"))
 
     loop.train(
         _settings(out, checkpoint_dir=out / "checkpoints", resume_from="latest"),

@@ -66,7 +66,7 @@ def test_a_run_resumed_from_an_earlier_checkpoint_has_each_step_once(tmp_path, k
     steps = [x["step"] if isinstance(x, dict) else x for x in lines]
     assert steps == list(range(1, 9)), f"metrics.jsonl after resuming at step 4: {steps}"
     assert [x["loss"] for x in lines] == [r["loss"] for r in straight.records]
-    state = json.loads((out / metrics.STATE_FILE).read_text())
+    state = json.loads((out / metrics.TRAINING_STATE_FILE).read_text())
     assert state["last"]["step"] == 8 and state["max_steps"] == 8
     assert not list(out.glob(".metrics.jsonl.*")), "no temp file left behind"
 
@@ -75,7 +75,9 @@ def _metrics_file(out: Path, steps: range, tail: str = "") -> Path:
     out.mkdir(parents=True, exist_ok=True)
     lines = "".join(json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in steps)
     (out / metrics.METRICS_FILE).write_text(lines + tail)
-    metrics.atomic_write_json(out / metrics.STATE_FILE, {"max_steps": 30, "last": {"step": 30}})
+    metrics.atomic_write_json(
+        out / metrics.TRAINING_STATE_FILE, {"max_steps": 30, "last": {"step": 30}}
+    )
     return out / metrics.METRICS_FILE
 
 
@@ -88,7 +90,7 @@ def test_rewind_keeps_the_steps_up_to_the_checkpoint_and_drops_a_torn_last_line(
     assert dropped == list(range(21, 31))
     assert [json.loads(x)["step"] for x in path.read_text().splitlines()] == list(range(1, 21))
     assert path.read_text().endswith("}\n")
-    state = json.loads((tmp_path / metrics.STATE_FILE).read_text())
+    state = json.loads((tmp_path / metrics.TRAINING_STATE_FILE).read_text())
     assert state == {"max_steps": 40, "last": {"step": 20, "loss": 1.0 / 20}}
 
 

@@ -20,12 +20,9 @@ from trainer.monitor.snapshot import (
 )
 from trainer.monitor.sparkline import sparkline
 from trainer.monitor.view import render
-from trainer.runfiles.metrics_file import (
-    METRICS_FILE,
-    STATE_FILE,
-    MetricsFileError,
-    atomic_write_json,
-)
+from trainer.runfiles.json_file import atomic_write_json
+from trainer.runfiles.metrics_file import MetricsFileError
+from trainer.runfiles.names import METRICS_FILE, TRAINING_STATE_FILE
 
 
 # ------------------------------------------------------------------------------ sparkline
@@ -156,7 +153,7 @@ def test_without_an_end_record_an_old_run_is_stale_and_a_live_one_running(tmp_pa
 
 def test_an_end_status_the_trainer_never_writes_is_named(tmp_path):
     run = make_run(tmp_path / "run", end=("done", "?"))
-    with pytest.raises(RunDirError, match=rf"{STATE_FILE}: status 'done' is not one of"):
+    with pytest.raises(RunDirError, match=rf"{TRAINING_STATE_FILE}: status 'done' is not one of"):
         take_snapshot(run, now=NOW)
 
 
@@ -198,8 +195,8 @@ def test_a_tail_reads_the_last_lines_only(tmp_path):
 
 def test_a_state_file_that_is_not_json_is_named(tmp_path):
     run = make_run(tmp_path / "run")
-    (run / STATE_FILE).write_text('{"max_steps": 5')
-    with pytest.raises(RunDirError, match=STATE_FILE):
+    (run / TRAINING_STATE_FILE).write_text('{"max_steps": 5')
+    with pytest.raises(RunDirError, match=TRAINING_STATE_FILE):
         take_snapshot(run, now=NOW)
 
 
@@ -216,7 +213,7 @@ def test_not_a_run_directory(tmp_path, make):
 
 def test_only_metrics_without_a_state_file_is_a_run_of_unknown_length(tmp_path):
     run = make_run(tmp_path / "run")
-    (run / STATE_FILE).unlink()
+    (run / TRAINING_STATE_FILE).unlink()
     snap = take_snapshot(run, now=NOW)
     assert (snap.step, snap.max_steps, snap.eta_s, snap.status) == (30, None, None, "running")
 
@@ -278,7 +275,9 @@ def test_two_readers_never_see_a_partial_state_while_a_writer_replaces_it(tmp_pa
                 fh.flush()
                 fh.write(line[30:])
                 fh.flush()
-                atomic_write_json(run / STATE_FILE, {"max_steps": 100_000, "last": record(step)})
+                atomic_write_json(
+                    run / TRAINING_STATE_FILE, {"max_steps": 100_000, "last": record(step)}
+                )
         stop.set()
 
     def reader(out: list[int]) -> None:

@@ -28,7 +28,13 @@ from trainer.store.recorder import RunRecorder
 from trainer.store.rundir import metric_row
 from trainer.store.sync import sync_run_dir
 
-WARNING = "trainer: WARNING: run store"
+#: The store's warning (logged: `trainer` shows it on stderr as "trainer: WARNING: ...").
+WARNING = "WARNING: run store"
+
+
+def _logged(caplog: pytest.LogCaptureFixture) -> str:
+    """Every message logged so far, a line each."""
+    return "\n".join(caplog.messages)
 
 
 def _stored_metrics(run_dir: Path) -> list[tuple]:
@@ -50,7 +56,7 @@ def _checkpoint_files(run_dir: Path) -> list[tuple]:
     return sorted(found)
 
 
-def test_a_run_records_every_step_of_metrics_jsonl_and_its_checkpoints(tmp_path, capsys):
+def test_a_run_records_every_step_of_metrics_jsonl_and_its_checkpoints(tmp_path, caplog):
     out = tmp_path / "run"
     seen: list[str] = []
 
@@ -62,7 +68,7 @@ def test_a_run_records_every_step_of_metrics_jsonl_and_its_checkpoints(tmp_path,
 
     tiny_train(out, 8, hooks=WalProbe(), keep_checkpoints=2)
 
-    assert WARNING not in capsys.readouterr().err
+    assert WARNING not in _logged(caplog)
     assert set(seen) == {"wal"}
     lines = metrics_lines(out)
     assert [x["step"] for x in lines] == list(range(1, 9))
@@ -135,20 +141,20 @@ def test_the_store_rebuilt_from_the_files_equals_the_one_recorded_live(tmp_path)
     assert steps == on_disk and 2 not in steps and 8 in steps, (steps, on_disk)
 
 
-def test_a_directory_in_place_of_runs_db_warns_once_and_training_goes_on(tmp_path, capsys):
+def test_a_directory_in_place_of_runs_db_warns_once_and_training_goes_on(tmp_path, caplog):
     out = tmp_path / "run"
     (out / "runs.db").mkdir(parents=True)
 
     result = tiny_train(out, 6)
 
-    err = capsys.readouterr().err
+    err = _logged(caplog)
     assert err.count(WARNING) == 1, err
     assert f"{out / 'runs.db'}: not a file" in err and "trainer runs sync" in err
     assert result.steps_run == 6 and [x["step"] for x in metrics_lines(out)] == [1, 2, 3, 4, 5, 6]
     assert (out / "runs.db").is_dir()
 
 
-def test_a_corrupt_runs_db_is_left_alone_and_training_goes_on(tmp_path, capsys):
+def test_a_corrupt_runs_db_is_left_alone_and_training_goes_on(tmp_path, caplog):
     out = tmp_path / "run"
     out.mkdir()
     (out / "runs.db").write_bytes(b"garbage, not a database\n" * 64)
@@ -156,14 +162,14 @@ def test_a_corrupt_runs_db_is_left_alone_and_training_goes_on(tmp_path, capsys):
 
     result = tiny_train(out, 6)
 
-    err = capsys.readouterr().err
+    err = _logged(caplog)
     assert err.count(WARNING) == 1 and "not a SQLite database" in err, err
     assert result.steps_run == 6 and len(metrics_lines(out)) == 6
     assert (out / "runs.db").read_bytes() == before
 
 
 def test_a_store_locked_mid_run_stops_recording_whole_steps_and_sync_completes_it(
-    tmp_path, capsys, monkeypatch
+    tmp_path, caplog, monkeypatch
 ):
     out = tmp_path / "run"
     monkeypatch.setattr(db, "BUSY_TIMEOUT_S", 0.1)
@@ -180,7 +186,7 @@ def test_a_store_locked_mid_run_stops_recording_whole_steps_and_sync_completes_i
     holder[0].execute("ROLLBACK")
     holder[0].close()
 
-    err = capsys.readouterr().err
+    err = _logged(caplog)
     assert err.count(WARNING) == 1 and "locked by another writer" in err, err
     assert result.steps_run == 6 and len(metrics_lines(out)) == 6
     stored = _stored_metrics(out)
@@ -192,7 +198,7 @@ def test_a_store_locked_mid_run_stops_recording_whole_steps_and_sync_completes_i
 
 
 def test_an_unwritable_registry_warns_and_the_store_is_still_recorded(
-    tmp_path, capsys, monkeypatch
+    tmp_path, caplog, monkeypatch
 ):
     blocker = tmp_path / "home-is-a-file"
     blocker.write_text("not a directory")
@@ -201,7 +207,7 @@ def test_an_unwritable_registry_warns_and_the_store_is_still_recorded(
 
     tiny_train(out, 4)
 
-    err = capsys.readouterr().err
+    err = _logged(caplog)
     assert err.count("was not registered in") == 1 and str(blocker) in err, err
     assert WARNING not in err
     assert len(_stored_metrics(out)) == 4

@@ -297,7 +297,7 @@ def test_read_run_dir_does_not_write(tmp_path):
     assert sorted(p.name for p in run.iterdir()) == before
 
 
-def test_a_launch_mints_an_id_and_a_resume_carries_it_over(tmp_path, capsys):
+def test_a_launch_mints_an_id_and_a_resume_carries_it_over(tmp_path, caplog):
     fresh = launch_identity(None, created="T1")
     assert len(fresh["run_id"]) == 32 and fresh["run_started"] == "T1"
     assert launch_identity(None, created="T1")["run_id"] != fresh["run_id"]
@@ -312,7 +312,7 @@ def test_a_launch_mints_an_id_and_a_resume_carries_it_over(tmp_path, capsys):
     assert carried == {"run_id": derived, "run_started": "2025-03-01T12:00:00+00:00"}
     (legacy / "run_manifest.json").write_text("{torn")
     assert launch_identity(legacy / "run_manifest.json", created="T3")["run_id"] != derived
-    assert "run_manifest.json cannot be read" in capsys.readouterr().err
+    assert "run_manifest.json cannot be read" in caplog.text
 
 
 def test_compare_tells_an_absent_param_from_a_null_one(tmp_path):

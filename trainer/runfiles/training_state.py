@@ -1,0 +1,61 @@
+"""training_state.json, a run's latest state: how it is written; torch-free.
+
+    write_progress(run.training_state, max_steps=1000, last=line)    # every step
+    write_end(run.training_state, "finished", "max_steps", ended=now, max_steps=1000)
+
+The file holds the latest metrics record and max_steps, replaced atomically every step
+(json_file.atomic_write_json: temp file, fsync, os.replace, directory fsync) so a reader
+(`trainer monitor`, the run store) never sees half a file. At the end of every run the
+loop adds ``status`` (END_STATUSES), ``reason`` and ``ended_at`` (write_end, through
+MetricsWriter.finish); a run killed without a word (SIGKILL, power loss) has none, and a
+resume drops them (write_progress) while it runs again.
+
+The file's name is names.TRAINING_STATE_FILE; readers with their own errors are
+trainer/store/rundir.py (read_state) and trainer/monitor/snapshot.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from trainer.runfiles.json_file import atomic_write_json
+from trainer.runfiles.metrics_file import MetricsFileError
+
+#: How a run ended (training_state.json "status"): max_steps reached, early stopping,
+#: SIGTERM/SIGINT, a stop alert (monitoring.alerts), or an exception (NaN, divergence, ...).
+END_STATUSES = ("finished", "early_stopping", "signal", "alert", "aborted")
+
+
+def check_end_status(status: str) -> None:
+    """ValueError unless ``status`` is one of END_STATUSES."""
+    if status not in END_STATUSES:
+        raise ValueError(f"end status {status!r} is not one of {', '.join(END_STATUSES)}")
+
+
+def write_progress(path: Path, *, max_steps: int, last: dict | None) -> None:
+    """Replace ``path`` with the run's progress: ``last`` (a metrics line, or None before
+    the first step) and max_steps; an end record there before is dropped."""
+    atomic_write_json(path, {"max_steps": max_steps, "last": last})
+
+
+def write_end(
+    path: Path, status: str, reason: str, *, ended: str, max_steps: int | None = None
+) -> None:
+    """Add how the run ended to ``path``, atomically: its latest state plus ``status``,
+    ``reason`` and ``ended_at`` (``ended``: UTC, ISO 8601). ``max_steps`` fills a state
+    file the run never wrote (it ended before a step). MetricsFileError when the file is
+    not a JSON object (ours is atomic: something else wrote it)."""
+    check_end_status(status)
+    path = Path(path)
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        state = {"max_steps": max_steps, "last": None}
+    except ValueError as exc:  # not JSON: written by something else (ours is atomic)
+        raise MetricsFileError(
+            f"{path}: not JSON ({exc}); the end status is not recorded"
+        ) from None
+    if not isinstance(state, dict):
+        raise MetricsFileError(f"{path}: not a JSON object; the end status is not recorded")
+    atomic_write_json(path, state | {"status": status, "reason": reason, "ended_at": ended})

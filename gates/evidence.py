@@ -20,10 +20,12 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from gates.files import update_digest
+from gates.files import read_regular, update_digest
 from gates.jsonpath import json_path
 
 EVIDENCE_SCHEMA = Path(__file__).resolve().parent / "schemas" / "evidence.schema.json"
+#: An evidence file is kilobytes (one record, its artifacts' hashes); far more is not evidence.
+MAX_EVIDENCE_BYTES = 16 * 1024 * 1024
 PACKAGES = ("torch", "numpy", "safetensors", "tokenizers", "jsonschema", "ruamel.yaml", "shipgate")
 
 
@@ -52,8 +54,8 @@ def schema_errors(evidence: Any) -> list[str]:
 def load(path: Path) -> dict:
     """Read and schema-check an evidence file, or raise EvidenceError saying why."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
+        data = json.loads(read_regular(path, MAX_EVIDENCE_BYTES).decode("utf-8"))
+    except OSError as exc:  # also a FIFO, a device, a symlink loop, a file too large
         raise EvidenceError(f"{path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise EvidenceError(f"{path}: not UTF-8 text") from None

@@ -6,6 +6,7 @@
     with replacing(path) as tmp:           # for writers that need a file name (safetensors)
         save_file(tensors, tmp)
     sha256_file(path)                      # hex digest, read in CHUNK_BYTES pieces
+    read_regular(path, limit)              # a user's file: regular files only, bounded
 
 An atomic write survives a crash and a power loss: the bytes go to a temp file with a unique
 name (``tempfile.mkstemp``: ``.NAME.XXXXXXXX.tmp``) in the target's own directory, so the
@@ -14,7 +15,15 @@ file: what ``open`` gives, 0o666 less the umask, not mkstemp's 0o600), renamed o
 target with ``os.replace``, and the directory is fsynced, so the new name survives too. Any
 failure before the rename removes the temp file and leaves the target untouched. Missing
 parent directories are created, each new entry fsynced in its own parent. The multi-file
-commit journal (gates/atomic.py) is built on :func:`write_temp` and :func:`fsync_dir`.
+commit journal (gates/atomic.py) is built on :func:`write_new` and :func:`fsync_dir`.
+
+A read of a user's file (a contract, evidence, a pyproject, a module of mutants) goes through
+:func:`open_regular`: only a regular file is opened (a FIFO would block the open, and a read
+of /dev/zero never ends), the opened descriptor is checked again (the path may have changed
+in between), and :func:`read_regular` reads at most its limit plus one byte, never trusting
+``st_size``, which is 0 for devices and pipes. Anything else raises
+:class:`NotRegularFileError` naming what the path is: a FIFO, a device, a socket, a symlink
+loop or a dangling symlink (a directory: ``IsADirectoryError``, as ``open`` says).
 
 Tests: .venv/bin/pytest tests/unit/gates/test_files.py
 """
@@ -22,6 +31,7 @@ Tests: .venv/bin/pytest tests/unit/gates/test_files.py
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import stat
@@ -35,6 +45,96 @@ CHUNK_BYTES = 16 * 1024 * 1024
 #: Permissions ``open`` asks for when it creates a file; the process umask is taken off.
 CREATE_MODE = 0o666
 TEMP_SUFFIX = ".tmp"
+
+
+class NotRegularFileError(OSError):
+    """The path names a FIFO, a device, a socket, a symlink loop or a dangling symlink:
+    nothing to read as a file. ``strerror`` says which; ``filename`` is the path."""
+
+    def __init__(self, path: Path | str, kind: str, code: int = errno.EINVAL) -> None:
+        super().__init__(code, f"{kind}, not a regular file", str(path))
+        self.kind = kind
+
+
+class FileTooLargeError(OSError):
+    """A regular file holds more bytes than its reader's limit (``size`` is at least limit+1)."""
+
+    def __init__(self, path: Path | str, size: int, limit: int) -> None:
+        super().__init__(errno.EFBIG, f"{size} bytes exceeds the {limit}-byte limit", str(path))
+        self.size, self.limit = size, limit
+
+
+#: What a non-regular st_mode is, in words a user knows.
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _require_regular(path: Path | str, mode: int) -> None:
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
+    kind = next((words for test, words in _KINDS if test(mode)), "a special file")
+    raise NotRegularFileError(path, kind)
+
+
+def _unreachable(path: Path | str, exc: OSError) -> OSError:
+    """What an ELOOP or ENOENT from ``path`` means: a symlink loop, a dangling symlink, or
+    (nothing there at all) the error itself."""
+    if exc.errno == errno.ELOOP:
+        return NotRegularFileError(path, "a symlink loop", errno.ELOOP)
+    if exc.errno == errno.ENOENT and os.path.islink(path):
+        return NotRegularFileError(
+            path, f"a dangling symlink (to {os.readlink(path)})", errno.ENOENT
+        )
+    return exc
+
+
+def open_regular(path: Path | str) -> int:
+    """A read-only descriptor of the regular file at ``path`` (symlinks followed); anything
+    else raises :class:`NotRegularFileError` (or ``IsADirectoryError``) before a byte is read.
+
+    The stat comes first so a device is never opened (opening some has effects); O_NONBLOCK
+    keeps the open from blocking should a FIFO take the path's place after the stat; the
+    fstat checks the file that was opened. The caller closes the descriptor.
+    """
+    try:
+        _require_regular(path, os.stat(path).st_mode)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except (NotRegularFileError, IsADirectoryError):
+        raise
+    except OSError as exc:
+        raise _unreachable(path, exc) from None
+    try:
+        _require_regular(path, os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: Path | str, limit: int) -> bytes:
+    """The bytes of the regular file at ``path`` (see :func:`open_regular`); more than
+    ``limit`` of them raises :class:`FileTooLargeError`. At most limit+1 bytes are read."""
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        chunks, got = [], 0
+        while got <= limit:
+            chunk = os.read(fd, min(CHUNK_BYTES, limit + 1 - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+    finally:
+        os.close(fd)
+    if got > limit:
+        raise FileTooLargeError(path, max(size, got), limit)
+    return b"".join(chunks)
 
 
 def fsync_file(path: Path) -> None:
@@ -63,12 +163,12 @@ def _make_dirs(directory: Path) -> None:
         fsync_dir(new.parent)
 
 
-def _new_temp(target: Path) -> Path:
-    """An empty temp file with a unique name beside ``target`` (same filesystem)."""
+def _new_temp(target: Path) -> tuple[int, Path]:
+    """An empty temp file with a unique name beside ``target`` (same filesystem): its
+    descriptor, open for writing, and its path."""
     _make_dirs(target.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
-    os.close(fd)
-    return Path(tmp)
+    return fd, Path(tmp)
 
 
 def _umask() -> int:
@@ -86,15 +186,29 @@ def _umask() -> int:
     return mask
 
 
+def _mode_for(target: Path) -> int:
+    """The permissions a replacement of ``target`` gets: its own, or a new file's."""
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        return CREATE_MODE & ~_umask()
+
+
 def _seal(tmp: Path, target: Path) -> None:
     """Give ``tmp`` ``target``'s permissions (or a new file's under the umask), then fsync
     it: one fsync makes both the bytes and the mode durable."""
-    try:
-        mode = stat.S_IMODE(os.stat(target).st_mode)
-    except FileNotFoundError:
-        mode = CREATE_MODE & ~_umask()
-    os.chmod(tmp, mode)
+    os.chmod(tmp, _mode_for(target))
     fsync_file(tmp)
+
+
+def _fill(fd: int, data: bytes, target: Path) -> None:
+    """Write all of ``data`` to ``fd``, give it ``target``'s permissions, fsync it. Plain
+    os calls, so a test that counts a write's disk operations sees every one."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fchmod(fd, _mode_for(target))
+    os.fsync(fd)
 
 
 def _discard(tmp: Path) -> None:
@@ -104,18 +218,35 @@ def _discard(tmp: Path) -> None:
 
 def write_temp(target: Path, data: bytes) -> Path:
     """Write ``data`` to a new fsynced temp file beside ``target`` and return its path: the
-    first half of an atomic write, for callers that rename later (gates/atomic.py's journal).
+    first half of an atomic write, for callers that rename later.
     A failure removes the temp file."""
     target = Path(target)
-    tmp = _new_temp(target)
+    fd, tmp = _new_temp(target)
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        _seal(tmp, target)
+        try:
+            _fill(fd, data, target)
+        finally:
+            os.close(fd)
     except BaseException:
         _discard(tmp)
         raise
     return tmp
+
+
+def write_new(path: Path, data: bytes, like: Path) -> None:
+    """Create ``path``, which must not exist (O_EXCL), holding ``data`` with ``like``'s
+    permissions (or a new file's), fsynced: a temp file whose name the caller chose and
+    recorded first (gates/atomic.py's journal). Its directory must exist, and is not
+    fsynced here. A failure after the create removes the file."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            _fill(fd, data, Path(like))
+        finally:
+            os.close(fd)
+    except BaseException:
+        _discard(Path(path))
+        raise
 
 
 def _publish(tmp: Path, target: Path) -> None:
@@ -134,7 +265,8 @@ def replacing(target: Path) -> Iterator[Path]:
     it replaces ``target`` as :func:`atomic_write_bytes` does, on an exception it is removed
     and ``target`` keeps its old bytes."""
     target = Path(target)
-    tmp = _new_temp(target)
+    fd, tmp = _new_temp(target)
+    os.close(fd)
     try:
         yield tmp
         _seal(tmp, target)
@@ -157,9 +289,10 @@ def atomic_write_text(target: Path, text: str, encoding: str = "utf-8") -> None:
 
 
 def update_digest(digest: hashlib._Hash, path: Path, chunk_bytes: int = CHUNK_BYTES) -> int:
-    """Feed ``path``'s bytes to ``digest`` in ``chunk_bytes`` pieces; return how many."""
+    """Feed ``path``'s bytes to ``digest`` in ``chunk_bytes`` pieces; return how many.
+    Only a regular file is read (:func:`open_regular`): a FIFO or a device would never end."""
     size = 0
-    with open(path, "rb") as fh:
+    with os.fdopen(open_regular(path), "rb") as fh:
         while chunk := fh.read(chunk_bytes):
             digest.update(chunk)
             size += len(chunk)

@@ -20,13 +20,18 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from gates import files
+
 PYPROJECT = "pyproject.toml"
 TABLE = "tool.shipgate"
+#: Largest pyproject.toml or module read: source files are kilobytes, this is a mistake.
+MAX_FILE_BYTES = 16 * 1024 * 1024
 
 #: kind → (default directories, the decorator that registers one item of that kind)
 KINDS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -48,14 +53,26 @@ class ProjectConfig:
     packages: tuple[str, ...] = ()
 
     def modules(self, kind: str) -> list[tuple[Path, str]]:
-        """(file, dotted module name) of every module of ``kind``, sorted by name."""
+        """(file, dotted module name) of every module of ``kind``, sorted by name.
+
+        Every ``*.py`` is imported, so one that is not a regular file (a FIFO would hang the
+        import, /dev/zero fill memory) is a ProjectConfigError naming it. Hidden names
+        (``.#x.py``, an editor's lock symlink) are no module and are passed over."""
         found: list[tuple[Path, str]] = []
         for directory in self.directories[kind]:
             if not directory.is_dir():
                 continue
             package = ".".join(directory.relative_to(self.root).parts)
             found += [(f, f"{package}.{f.stem}") for f in sorted(directory.glob("*.py"))]
-        return [(f, name) for f, name in found if not f.name.startswith("__")]
+        modules = [(f, name) for f, name in found if not f.name.startswith(("__", "."))]
+        for f, _ in modules:
+            try:
+                os.close(files.open_regular(f))
+            except OSError as e:
+                raise ProjectConfigError(
+                    f"{f}: {e.strerror or e}; every *.py in [{TABLE}] {kind} is imported"
+                ) from e
+        return modules
 
 
 def load_config(root: Path) -> ProjectConfig:
@@ -63,9 +80,12 @@ def load_config(root: Path) -> ProjectConfig:
     root = root.resolve()
     table: dict = {}
     pyproject = root / PYPROJECT
-    if pyproject.is_file():
+    if os.path.lexists(pyproject):
         try:
-            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+            text = files.read_regular(pyproject, MAX_FILE_BYTES).decode("utf-8")
+            data = tomllib.loads(text)
+        except OSError as e:  # a FIFO, a dangling symlink, a directory, unreadable
+            raise ProjectConfigError(f"{pyproject}: {e.strerror or e}") from e
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ProjectConfigError(f"{pyproject}: not valid TOML: {e}") from e
         table = data.get("tool", {}).get("shipgate", {})
@@ -119,8 +139,9 @@ def discover(root: Path, kind: str) -> dict[str, str]:
     found: dict[str, str] = {}
     for file, _ in config.modules(kind):
         try:
-            tree = ast.parse(file.read_text(encoding="utf-8"), str(file))
-        except (SyntaxError, UnicodeDecodeError, OSError):
+            text = files.read_regular(file, MAX_FILE_BYTES).decode("utf-8")
+            tree = ast.parse(text, str(file))
+        except (SyntaxError, ValueError, OSError):  # ValueError: not UTF-8, or a NUL byte
             continue
         for node in ast.walk(tree):
             if not isinstance(node, ast.FunctionDef):

@@ -15,9 +15,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gates import atomic, contract_edit, evidence, measure, project, testrun
+from gates import atomic, contract_edit, evidence, files, measure, project, testrun
 from gates.checks.project_rules import evidence_mismatches
 from gates.contract import Contract, Gate
+from gates.source import MAX_SOURCE_BYTES
 from gates.validate import validate
 
 LOCK_NAME = ".gates.lock"
@@ -213,7 +214,7 @@ def promote(
 ) -> CheckResult:
     command = command or [Path(sys.argv[0]).name, *sys.argv[1:]]
     with atomic.locked(root / LOCK_NAME):
-        atomic.recover(root)
+        _recover(root)
         # Read the contract only once the lock is held: a concurrent promotion's edit is kept.
         contract, gate = load_gate(root, contract_path, gate_id)
         git = evidence.git_info(root)
@@ -238,7 +239,7 @@ def promote(
                 f"{gate_id} is {result.verdict}, not {to}:\n  - " + "\n  - ".join(result.reasons)
             )
         ev_rel = evidence.evidence_path(contract.id, gate.id)
-        text = contract_path.read_text(encoding="utf-8")
+        text = _read_contract(contract_path)
         measured = result.evidence["measurements"][gate.threshold.metric]
         new_text, _ = contract_edit.apply(
             text,
@@ -270,11 +271,11 @@ def demote(
     if not reason.strip():
         raise RefusedError("--reason must say why the gate is demoted")
     with atomic.locked(root / LOCK_NAME):
-        atomic.recover(root)
+        _recover(root)
         _, gate = load_gate(root, contract_path, gate_id)
         if gate.status == "PENDING":
             raise RefusedError(f"{gate_id} is already PENDING")
-        text = contract_path.read_text(encoding="utf-8")
+        text = _read_contract(contract_path)
         new_text, new_version = contract_edit.apply(
             text,
             contract_path,
@@ -291,6 +292,29 @@ def demote(
             writes[root / gate.evidence] = None  # history stays in git
         atomic.commit(root, writes)
         return new_version
+
+
+def recover_before_reading(root: Path) -> atomic.Recovery:
+    """Finish or undo a promotion or demotion a crash interrupted under ``root``, before
+    anything reads a contract: a half-done commit can leave new evidence beside the old
+    contract, which fails validation, so a command that validated first would refuse for
+    ever. Takes the lock only when there is something to recover."""
+    if not atomic.pending(root):
+        return atomic.Recovery()
+    with atomic.locked(root / LOCK_NAME):
+        return _recover(root)
+
+
+def _recover(root: Path) -> atomic.Recovery:
+    try:
+        return atomic.recover(root)
+    except atomic.JournalError as exc:
+        raise RefusedError(str(exc)) from None
+
+
+def _read_contract(path: Path) -> str:
+    """The contract's text (load_gate has just validated it: a regular UTF-8 file)."""
+    return files.read_regular(path, MAX_SOURCE_BYTES).decode("utf-8")
 
 
 def _verify_pair(root: Path, path: Path, text: str, gate_id: str, record: dict) -> None:

@@ -7,8 +7,14 @@ with :mod:`ast`, once per validation run.
 from __future__ import annotations
 
 import ast
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from gates.files import read_regular
+
+#: Largest test file parsed; a test module is kilobytes, anything this large is a mistake.
+MAX_TEST_FILE_BYTES = 16 * 1024 * 1024
 
 
 @dataclass
@@ -64,8 +70,11 @@ class NodeIndex:
     def _module(self, file: Path) -> ast.Module | str:
         if file not in self._modules:
             try:
-                self._modules[file] = ast.parse(file.read_text(encoding="utf-8"), str(file))
-            except (OSError, UnicodeDecodeError) as exc:
+                text = read_regular(file, MAX_TEST_FILE_BYTES).decode("utf-8")
+                self._modules[file] = ast.parse(text, str(file))
+            except OSError as exc:  # also a FIFO, a device, a symlink loop, too large
+                self._modules[file] = f"cannot read {file}: {exc.strerror or exc}"
+            except ValueError as exc:  # not UTF-8, or a NUL byte
                 self._modules[file] = f"cannot read {file}: {exc}"
             except SyntaxError as exc:
                 self._modules[file] = f"{file} has a syntax error at line {exc.lineno}"
@@ -75,7 +84,7 @@ class NodeIndex:
         base, _, param = node_id.partition("[")
         rel, *names = base.split("::")
         file = self.root / rel
-        if not file.is_file():
+        if not os.path.lexists(file) or file.is_dir():
             return NodeInfo(False, f"no test file {rel} under {self.root}")
         module = self._module(file)
         if isinstance(module, str):

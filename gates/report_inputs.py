@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 from jsonschema import Draft202012Validator
 
-from gates import evidence
+from gates import evidence, files
 from gates.audit import AUDIT_SCHEMA, AuditRow
 from gates.contract import Contract
 from gates.jsonpath import json_path
@@ -31,6 +31,9 @@ DEFAULT_AUDIT = Path("runs") / "audit" / "audit.json"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SVG_ROOT = "{http://www.w3.org/2000/svg}svg"
 MARKER_WITHIN = 4096  # the marker sits in <head>, within the page's first bytes
+#: Largest audit file or plot read: both are kilobytes to a few megabytes; a FIFO or a device
+#: is refused outright (gates/files.py read_regular).
+MAX_INPUT_BYTES = 64 * 1024 * 1024
 
 
 class ReportError(Exception):
@@ -69,7 +72,7 @@ def load_evidence(contracts: Sequence[Contract], root: Path, base_dir: Path) -> 
 
 def _audit_json(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(files.read_regular(path, MAX_INPUT_BYTES).decode("utf-8"))
     except OSError as exc:
         raise ReportError(f"audit file {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
@@ -141,7 +144,7 @@ def load_plot(path: Path) -> Plot:
     if kind not in (".svg", ".png"):
         raise ReportError(f"plot {path}: not .svg or .png")
     try:
-        data = path.read_bytes()
+        data = files.read_regular(path, MAX_INPUT_BYTES)
     except OSError as exc:
         raise ReportError(f"plot {path}: {exc.strerror or exc}") from None
     if kind == ".png":

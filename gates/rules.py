@@ -29,6 +29,12 @@ RULES: dict[str, Rule] = {
     r.id: r
     for r in [
         # Reading the file.
+        Rule(
+            "FILE-NOT-REGULAR",
+            _E,
+            "the path is a FIFO, device, socket, symlink loop or dangling symlink",
+            "point pv at a regular .yaml file, or remove what stands in its place",
+        ),
         Rule("FILE-EMPTY", _E, "the file holds no YAML document", "write a contract mapping"),
         Rule(
             "FILE-BINARY", _E, "the file is binary, not YAML text", "point pv at a .yaml contract"

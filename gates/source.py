@@ -1,8 +1,9 @@
 """Read a YAML file defensively and keep the position of every key and list item.
 
-Bad input never raises past this module: empty, binary, non-UTF-8, oversized files,
-tabs, duplicate keys, aliases (billion-laughs) and syntax errors each become a
-:class:`SourceError` naming a rule and a 1-based line and column.
+Bad input never raises past this module: special files (FIFOs, devices, symlink loops),
+empty, binary, non-UTF-8, oversized files, tabs, duplicate keys, aliases (billion-laughs)
+and syntax errors each become a :class:`SourceError` naming a rule and a 1-based line and
+column.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ruamel.yaml.constructor import RoundTripConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent
 
+from gates import files
 from gates.findings import DocPath
 
 #: Contracts are kilobytes; anything this large is a mistake, and parsing it wastes CI time.
@@ -173,18 +175,24 @@ def to_plain(node: Any) -> Any:
 
 
 def read_yaml(path: Path) -> YamlSource:
-    """Read and parse one YAML file; raises :class:`SourceError` or :class:`UnreadablePathError`."""
-    if not path.exists():
-        raise UnreadablePathError(f"{path}: no such file")
-    if path.is_dir():
-        raise UnreadablePathError(f"{path}: is a directory, not a contract file")
+    """Read and parse one YAML file; raises :class:`SourceError` or :class:`UnreadablePathError`.
+
+    Only a regular file is read, and at most MAX_SOURCE_BYTES + 1 bytes of it
+    (gates/files.py ``read_regular``): a FIFO, a device, a socket, a symlink loop or a
+    dangling symlink is a FILE-NOT-REGULAR finding, never a hang or an endless read.
+    """
     try:
-        size = path.stat().st_size
-        if size > MAX_SOURCE_BYTES:
-            raise SourceError(
-                "FILE-TOO-LARGE", f"{size} bytes exceeds the {MAX_SOURCE_BYTES}-byte limit"
-            )
-        raw = path.read_bytes()
+        raw = files.read_regular(path, MAX_SOURCE_BYTES)
+    except files.NotRegularFileError as exc:
+        raise SourceError(
+            "FILE-NOT-REGULAR", f"{exc.strerror}: pv reads only regular files"
+        ) from None
+    except files.FileTooLargeError as exc:
+        raise SourceError("FILE-TOO-LARGE", exc.strerror) from None
+    except FileNotFoundError:
+        raise UnreadablePathError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UnreadablePathError(f"{path}: is a directory, not a contract file") from None
     except OSError as exc:
         raise UnreadablePathError(f"{path}: {exc.strerror or exc}") from None
     return parse_yaml(_decode(raw), path)

@@ -8,6 +8,7 @@ so they never see a wrongly-typed document. Then cross-file rules over the valid
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,12 +21,21 @@ from gates.schema import schema_issues
 from gates.source import SourceError, UnreadablePathError, YamlSource, read_yaml
 
 
+def resolved(path: Path) -> Path:
+    """``path`` absolute, its symlinks resolved as far as they go: a symlink loop stops the
+    resolution instead of raising (Path.resolve raises RuntimeError for one on 3.11)."""
+    return Path(os.path.realpath(path))
+
+
 def find_root(path: Path) -> Path:
-    """The project a contract belongs to: the nearest ancestor holding pyproject.toml."""
-    for parent in path.resolve().parents:
-        if (parent / "pyproject.toml").is_file():
+    """The project a contract belongs to: the nearest ancestor holding pyproject.toml.
+
+    Any entry of that name counts, regular or not, so that a pyproject.toml that cannot be
+    read is reported (PROJECT-CONFIG) rather than passed over for an outer project's."""
+    for parent in resolved(path).parents:
+        if os.path.lexists(parent / "pyproject.toml"):
             return parent
-    return path.resolve().parent
+    return resolved(path).parent
 
 
 @dataclass
@@ -37,11 +47,13 @@ class Validation:
 
 
 def _sibling_contract_ids(paths: Iterable[Path], given: set[Path]) -> set[str]:
-    """Ids of contracts beside the given files, so depends_on may point at them."""
+    """Ids of contracts beside the given files, so depends_on may point at them. A sibling
+    that cannot be read (a FIFO, a symlink loop, bad YAML) names no id; read_yaml opens
+    only regular files, so none of them blocks or floods the scan."""
     ids: set[str] = set()
-    for directory in {p.resolve().parent for p in paths}:
+    for directory in {resolved(p).parent for p in paths}:
         for sibling in sorted(directory.glob("*.yaml")):
-            if sibling.resolve() in given:
+            if resolved(sibling) in given:
                 continue
             try:
                 md = read_yaml(sibling).data.get("metadata", {})
@@ -98,7 +110,7 @@ def validate(
             sources[contract.path] = source
 
     known = {c.id for c in result.contracts}
-    known |= _sibling_contract_ids(paths, {p.resolve() for p in paths if p.exists()})
+    known |= _sibling_contract_ids(paths, {resolved(p) for p in paths})
     cross = [
         *crossfile_rules.global_duplicate_ids(result.contracts),
         *crossfile_rules.dangling_dependencies(result.contracts, known),

@@ -4,13 +4,14 @@ write the numbers as JSON (issue 6: loop overhead <= 5 % of the bare loop's toke
     python tools/bench_loop.py --out loop.json                       # quickstart-cpu workload
     python tools/bench_loop.py --steps 30 --warmup 3 --repeats 5 --threads 2 --out loop.json
 
-"loop" is trainer.train.loop.train as `trainer apply` runs it: settings from the run config
-(--config), an output directory in a temporary folder (so run_manifest.json, metrics.jsonl
-and training_state.json are written every step, as in a real run), guards, LR schedule,
-grad-norm measurement and the hooks machinery. "bare" is the same model
-(build_model, same config and seed), the same batches (same SequenceSource, same
-shape) and the same torch.optim.AdamW groups, driven by forward + cross-entropy + backward
-+ clip_grad_norm_ + step + zero_grad and nothing else.
+"loop" is trainer.train.loop.train as `trainer apply --max-steps` runs it: the run config
+(--config) stopped after warm-up + timed steps with its LR schedule kept, on CPU, over
+random token rows instead of its data set, an output directory in a temporary folder (so
+run_manifest.json, metrics.jsonl and training_state.json are written every step, as in a
+real run), guards, LR schedule, grad-norm measurement and the hooks machinery. "bare" is
+the same model (build_model, same config and seed), the same batches (same SequenceSource,
+same shape) and the same torch.optim.AdamW groups, driven by forward + cross-entropy +
+backward + clip_grad_norm_ + step + zero_grad and nothing else.
 
 Fairness:
 - Both sides run under the same torch.use_deterministic_algorithms setting (the loop turns
@@ -50,13 +51,15 @@ from torch import Tensor
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trainer.model.llama import build_model  # noqa: E402 - needs ROOT on sys.path
+from trainer.config.load import RunConfig, with_values  # noqa: E402 - needs ROOT on sys.path
+from trainer.model.llama import build_model  # noqa: E402
 from trainer.train import loop, loss, optim  # noqa: E402
-from trainer.train.loop import LoopSettings  # noqa: E402
+from trainer.train.options import RunOptions  # noqa: E402
 
 DEFAULT_CONFIG = ROOT / "configs" / "quickstart-cpu.yaml"
 OVERHEAD_TARGET = 0.05  # issue 6: the loop keeps >= 95 % of the bare loop's tokens/s on CPU
 DATA_SEED = 7  # the random token rows; fixed so every repeat trains on the same batches
+DEVICE = "cpu"  # both sides; the loop's overhead target is a CPU one (issue 6)
 
 
 class RandomSequences:
@@ -82,9 +85,9 @@ def _deterministic(enabled: bool) -> Iterator[None]:
         torch.use_deterministic_algorithms(before)
 
 
-def _loop_deterministic(settings: LoopSettings) -> bool:
+def _loop_deterministic() -> bool:
     """What the loop itself runs under (loop._deterministic): deterministic kernels on CPU."""
-    return loop._resolve_device(settings.device).type == "cpu"
+    return loop._resolve_device(DEVICE).type == "cpu"
 
 
 class _StepClock:
@@ -114,12 +117,13 @@ def _timed_rate(ends: list[float], tokens: list[int], warmup: int) -> float:
     return sum(tokens[warmup:]) / seconds
 
 
-def run_loop(settings: LoopSettings, data: RandomSequences, warmup: int) -> dict[str, Any]:
-    """One run of trainer.train.loop.train; tokens/s of its steps after ``warmup``."""
+def run_loop(config: RunConfig, data: RandomSequences, warmup: int, steps: int) -> dict[str, Any]:
+    """One run of trainer.train.loop.train, stopped after ``warmup + steps`` steps; tokens/s
+    of its steps after ``warmup``."""
     clock = _StepClock()
     with tempfile.TemporaryDirectory(prefix="bench-loop-") as out:
-        run_settings = dataclasses.replace(settings, out_dir=Path(out) / "run")
-        result = loop.train(run_settings, data, None, hooks=clock)
+        options = RunOptions(device=DEVICE, out_dir=Path(out) / "run", stop_after=warmup + steps)
+        result = loop.train(config, data, None, options=options, hooks=clock)
     return {
         "tokens_per_s": _timed_rate(clock.ends, clock.tokens, warmup),
         # What metrics.jsonl shows: the loop's own per-step timing (data fetch to optimizer
@@ -129,23 +133,24 @@ def run_loop(settings: LoopSettings, data: RandomSequences, warmup: int) -> dict
     }
 
 
-def run_bare(settings: LoopSettings, data: RandomSequences, warmup: int) -> dict[str, Any]:
+def run_bare(config: RunConfig, data: RandomSequences, warmup: int, steps: int) -> dict[str, Any]:
     """The same steps in plain PyTorch: no guards, no metrics, no schedule, no hooks."""
-    device = loop._resolve_device(settings.device)
-    torch.manual_seed(settings.seed)
-    model = build_model(settings.model, device=device, seed=settings.seed)
+    device = loop._resolve_device(DEVICE)
+    adamw, seed = config.optimizer, config.training.seed
+    torch.manual_seed(seed)
+    model = build_model(config.model, device=device, seed=seed)
     optimizer = optim.build_adamw(
         model,
-        lr=settings.lr,
-        betas=settings.betas,
-        eps=settings.eps,
-        weight_decay=settings.weight_decay,
+        lr=adamw.lr,
+        betas=(adamw.beta1, adamw.beta2),
+        eps=adamw.eps,
+        weight_decay=adamw.weight_decay,
     )
-    batch_size = settings.micro_batch * settings.grad_accum
+    batch_size = config.data.micro_batch  # gradient_accumulation is 1 (_check_workload)
     ends: list[float] = []
     tokens: list[int] = []
-    with _deterministic(_loop_deterministic(settings)):
-        for step in range(settings.max_steps):
+    with _deterministic(_loop_deterministic()):
+        for step in range(warmup + steps):
             first = (step * batch_size) % (data.num_sequences - batch_size + 1)
             inputs, targets = data.batch(range(first, first + batch_size))
             logits = model(inputs.to(device))
@@ -153,8 +158,8 @@ def run_bare(settings: LoopSettings, data: RandomSequences, warmup: int) -> dict
                 logits.flatten(0, 1), targets.to(device).flatten(), ignore_index=loss.IGNORE_INDEX
             )
             step_loss.backward()
-            if settings.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+            if adamw.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), adamw.grad_clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             if device.type == "cuda":
@@ -165,17 +170,20 @@ def run_bare(settings: LoopSettings, data: RandomSequences, warmup: int) -> dict
     return {"tokens_per_s": _timed_rate(ends, tokens, warmup), "final_loss": last_loss}
 
 
-def _check_workload(settings: LoopSettings, warmup: int, steps: int, repeats: int) -> None:
+def _check_workload(config: RunConfig, warmup: int, steps: int, repeats: int) -> None:
     for name, value in (("warmup", warmup), ("steps", steps), ("repeats", repeats)):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
-    if settings.max_steps != warmup + steps:
+    max_steps = config.training.max_steps
+    if warmup + steps > max_steps:
         raise ValueError(
-            f"settings.max_steps {settings.max_steps} != warmup {warmup} + steps {steps}"
+            f"warmup {warmup} + steps {steps} = {warmup + steps} is past the config's "
+            f"training.max_steps {max_steps}"
         )
-    if settings.grad_accum != 1:
+    accumulation = config.training.gradient_accumulation
+    if accumulation != 1:
         raise ValueError(
-            f"the bare loop takes one micro-batch a step; grad_accum is {settings.grad_accum}"
+            f"the bare loop takes one micro-batch a step; gradient_accumulation is {accumulation}"
         )
 
 
@@ -193,23 +201,23 @@ def _gpu_mfu() -> dict[str, Any]:
 
 
 def run_benchmark(
-    settings: LoopSettings, *, warmup: int, steps: int, repeats: int, threads: int
+    config: RunConfig, *, warmup: int, steps: int, repeats: int, threads: int
 ) -> dict[str, Any]:
     """Alternate loop and bare runs ``repeats`` times each; medians and the overhead."""
-    _check_workload(settings, warmup, steps, repeats)
+    _check_workload(config, warmup, steps, repeats)
     torch.set_num_threads(threads)
-    batch = settings.micro_batch * settings.grad_accum
+    batch, seq_len = config.data.micro_batch, config.data.seq_len
     data = RandomSequences(
         # One epoch covers every step: the loop never wraps, the bare loop never repeats.
         batch * (warmup + steps),
-        settings.seq_len,
-        settings.model.vocab_size,
+        seq_len,
+        config.model.vocab_size,
         DATA_SEED,
     )
     runs: dict[str, list[dict[str, Any]]] = {"loop": [], "bare": []}
     for _ in range(repeats):
-        runs["loop"].append(run_loop(settings, data, warmup))
-        runs["bare"].append(run_bare(settings, data, warmup))
+        runs["loop"].append(run_loop(config, data, warmup, steps))
+        runs["bare"].append(run_bare(config, data, warmup, steps))
     medians = {k: statistics.median(r["tokens_per_s"] for r in rs) for k, rs in runs.items()}
     overhead = 1.0 - medians["loop"] / medians["bare"]
     # Each repeat's loop run against the bare run right after it: drift across the whole
@@ -218,24 +226,24 @@ def run_benchmark(
         1.0 - a["tokens_per_s"] / b["tokens_per_s"]
         for a, b in zip(runs["loop"], runs["bare"], strict=True)
     ]
-    cfg = settings.model
+    cfg = config.model
     return {
         "workload": {
             "model": dataclasses.asdict(cfg),
             "parameters": sum(p.numel() for p in build_model(cfg, device="meta").parameters()),
-            "micro_batch": settings.micro_batch,
-            "grad_accum": settings.grad_accum,
-            "seq_len": settings.seq_len,
-            "tokens_per_step": batch * settings.seq_len,
+            "micro_batch": batch,
+            "grad_accum": config.training.gradient_accumulation,
+            "seq_len": seq_len,
+            "tokens_per_step": batch * seq_len,
             "warmup_steps_untimed": warmup,
             "timed_steps": steps,
             "repeats": repeats,
             "order": "loop, bare alternating",
-            "device": settings.device,
-            "deterministic_algorithms": _loop_deterministic(settings),
+            "device": DEVICE,
+            "deterministic_algorithms": _loop_deterministic(),
             "loop_writes_metrics": True,
             "validation": "not run (no validation data on either side)",
-            "lr_schedule_steps": settings.schedule_length(),
+            "lr_schedule_steps": config.training.max_steps,
         },
         "loop": {
             "tokens_per_s": [r["tokens_per_s"] for r in runs["loop"]],
@@ -270,27 +278,16 @@ def run_benchmark(
     }
 
 
-def settings_for(config: Path, *, warmup: int, steps: int) -> LoopSettings:
-    """The run config's LoopSettings as `trainer apply --max-steps` builds them (CPU)."""
+def config_for(config: Path, *, warmup: int, steps: int) -> RunConfig:
+    """The run config as the benchmark runs it: random rows stand in for its data set (no
+    shards or tokenizer to read) and the model is not compiled (both sides run eagerly)."""
     from trainer.config.load import load_config  # noqa: PLC0415 - only the CLI needs it
 
-    settings = loop.settings_from_config(load_config(config))
-    total = warmup + steps
-    if total > settings.max_steps:
-        raise ValueError(
-            f"warmup {warmup} + steps {steps} = {total} is past the config's max_steps "
-            f"{settings.max_steps}"
-        )
-    return dataclasses.replace(
-        settings,
-        max_steps=total,
-        schedule_steps=settings.max_steps,  # --max-steps keeps the configured schedule
-        device="cpu",
-        compile=False,
-        data_manifest=None,  # random rows stand in for the config's data set
-        tokenizer_dir=None,  # nor is the config's tokenizer read
-        out_dir=None,  # run_loop gives each run its own temporary directory
-    )
+    cfg = load_config(config)
+    values = {"data.shards": None, "data.tokenizer": None, "training.compile": False}
+    cfg = with_values(cfg, values)
+    _check_workload(cfg, warmup, steps, repeats=1)
+    return cfg
 
 
 def _table(result: dict[str, Any]) -> str:
@@ -325,9 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
-    settings = settings_for(args.config, warmup=args.warmup, steps=args.steps)
+    config = config_for(args.config, warmup=args.warmup, steps=args.steps)
     result = run_benchmark(
-        settings, warmup=args.warmup, steps=args.steps, repeats=args.repeats, threads=args.threads
+        config, warmup=args.warmup, steps=args.steps, repeats=args.repeats, threads=args.threads
     )
     from gates.evidence import git_info, host_info, utc_now  # noqa: PLC0415
 

@@ -1,16 +1,18 @@
 """Write the artifact of GATE-ARCH-370M-002 and -005: a real 370M checkpoint from the loop.
 
     python tools/make_370m_checkpoint.py --out runs/gates/arch-370m
-    gates promote GATE-ARCH-370M-002 --artifact runs/gates/arch-370m/step-00000002
-    gates promote GATE-ARCH-370M-005 --artifact runs/gates/arch-370m/step-00000002
+    gates promote GATE-ARCH-370M-002 --artifact runs/gates/arch-370m/checkpoints/step-00000002
+    gates promote GATE-ARCH-370M-005 --artifact runs/gates/arch-370m/checkpoints/step-00000002
 
 FALSIFY-ARCH-370M-010 asks for "a real checkpoint written by the training loop after two
 optimizer steps of the 370M model (CPU, micro_batch 1, seq_len 128)". This tool runs
 exactly that through trainer.train.loop.train - the loop `trainer apply` runs, with its
 checkpointer saving the last step - on seeded random token rows in [0, 50257), then prints
 the checkpoint directory and its sha256 (gates.evidence.sha256_of, the hash the evidence
-records). Nothing is written outside --out; an --out that already holds checkpoints is
-refused, so an artifact is never a mix of two runs.
+records). --out is the run's directory (run_manifest.json, metrics.jsonl, checkpoints/);
+nothing is written outside it but the run's line in the run registry, as for every run
+(trainer/store/registry.py). An --out that already holds a run or checkpoints is refused,
+so an artifact is never a mix of two runs.
 
 Cost on CPU (2 cores): about a minute and 9.4 GB peak memory; the checkpoint is about
 4.5 GB (weights, AdamW moments, RNG state). The run's settings are fixed here (not flags)
@@ -38,9 +40,12 @@ from trainer.checkpoint.layout import (  # noqa: E402
     checkpoint_dirs,
     step_dir_name,
 )
+from trainer.config.load import config_from_values  # noqa: E402
 from trainer.model.config import preset  # noqa: E402
+from trainer.runfiles.names import RUN_MANIFEST_FILE, RunDir  # noqa: E402
 from trainer.train import loss  # noqa: E402
-from trainer.train.loop import LoopSettings, train  # noqa: E402
+from trainer.train.loop import train  # noqa: E402
+from trainer.train.options import RunOptions  # noqa: E402
 
 SEED = 0  # the run seed: model init, data order (state.json records it)
 DATA_SEED = 0  # the random token rows
@@ -66,37 +71,40 @@ class RandomRows:
         return loss.next_token_pairs(self.rows[list(indices)], pad_id=None)
 
 
-def existing_checkpoints(out: Path) -> list[Path]:
-    """Checkpoints, staging directories and the ``latest`` pointer already in ``out``."""
-    if not out.is_dir():
-        return []
-    staging = [p for p in out.iterdir() if p.name.endswith(STAGING_SUFFIX)]
-    latest = [out / LATEST_POINTER] if (out / LATEST_POINTER).exists() else []
-    return checkpoint_dirs(out) + staging + latest
+def existing_run(out: Path) -> list[Path]:
+    """A run manifest, checkpoints, staging directories and the ``latest`` pointer already
+    in the run directory ``out``."""
+    manifest = [out / RUN_MANIFEST_FILE] if (out / RUN_MANIFEST_FILE).exists() else []
+    checkpoints = RunDir(out).checkpoints
+    if not checkpoints.is_dir():
+        return manifest
+    staging = [p for p in checkpoints.iterdir() if p.name.endswith(STAGING_SUFFIX)]
+    latest = [checkpoints / LATEST_POINTER] if (checkpoints / LATEST_POINTER).exists() else []
+    return manifest + checkpoint_dirs(checkpoints) + staging + latest
 
 
 def make_checkpoint(out: Path) -> Path:
-    """Train the 370M model STEPS steps into ``out``; the path of the last checkpoint."""
+    """Train the 370M model STEPS steps into the run directory ``out``; the path of the
+    last checkpoint."""
     cfg = preset("370m")
-    settings = LoopSettings(
-        model=cfg,
-        seed=SEED,
-        micro_batch=1,
-        grad_accum=1,
-        seq_len=SEQ_LEN,
-        epochs=1,
-        max_steps=STEPS,
-        warmup_steps=0,
-        lr=3e-4,
-        min_lr=3e-5,
-        device="cpu",
-        checkpoint_dir=out,
+    config = config_from_values(
+        cfg,
+        data={"micro_batch": 1, "seq_len": SEQ_LEN},
+        optimizer={"lr": 3e-4, "min_lr": 3e-5},
+        training={
+            "seed": SEED,
+            "gradient_accumulation": 1,
+            "epochs": 1,
+            "max_steps": STEPS,
+            "warmup_steps": 0,
+        },
+        model_preset="370m",
     )
     # One epoch of exactly STEPS global batches of one sequence each.
     data = RandomRows(STEPS, SEQ_LEN, cfg.vocab_size, DATA_SEED)
-    result = train(settings, data, None)
+    result = train(config, data, None, options=RunOptions(out_dir=out, checkpoint=True))
     # The loop reports a failed save on stderr and trains on; here that is fatal.
-    path = out / step_dir_name(STEPS)
+    path = RunDir(out).checkpoints / step_dir_name(STEPS)
     if result.checkpoints != [STEPS] or not path.is_dir():
         raise SystemExit(
             f"make_370m_checkpoint: the loop saved steps {result.checkpoints}, not [{STEPS}] "
@@ -107,9 +115,9 @@ def make_checkpoint(out: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="checkpoint directory of the run")
+    parser.add_argument("--out", type=Path, required=True, help="the run's directory")
     args = parser.parse_args(argv)
-    found = existing_checkpoints(args.out)
+    found = existing_run(args.out)
     if found:
         print(
             f"make_370m_checkpoint: {args.out} already holds {', '.join(p.name for p in found)}; "

@@ -6,10 +6,10 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from gates import project, semver
+from gates import files, project, semver
 from gates.contract import Contract, Gate
+from gates.evidence import MAX_EVIDENCE_BYTES, schema_errors
 from gates.evidence import evidence_path as expected_evidence_path
-from gates.evidence import schema_errors
 from gates.findings import Issue
 from gates.mutants import discover as discover_mutants
 from gates.pytest_nodes import NodeIndex
@@ -108,14 +108,20 @@ def _gate_evidence(c: Contract, gate: Gate, root: Path) -> Iterator[Issue]:
             f"evidence for {gate.id} lives at {expected}",
             at_key=False,
         )
-    path = root / gate.evidence
-    if not path.is_file():
+    try:
+        raw = files.read_regular(root / gate.evidence, MAX_EVIDENCE_BYTES)
+    except FileNotFoundError:
         yield Issue(
             "EVIDENCE-MISSING", where, f"{gate.evidence} does not exist under {root}", at_key=False
         )
         return
+    except OSError as exc:  # a FIFO, a device, a symlink loop, a directory, too large
+        yield Issue(
+            "EVIDENCE-INVALID", where, f"{gate.evidence}: {exc.strerror or exc}", at_key=False
+        )
+        return
     try:
-        evidence = json.loads(path.read_text(encoding="utf-8"))
+        evidence = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         yield Issue("EVIDENCE-INVALID", where, f"{gate.evidence} is not UTF-8 text", at_key=False)
         return

@@ -119,7 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_guarded("gates", lambda: args.run(args), args.debug)
+
+    def run() -> int:
+        # Recovery first: a crash-interrupted promotion can leave contracts that fail
+        # validation, which every command below does before anything else.
+        gates_promotion.recover_interrupted(args)
+        return args.run(args)
+
+    return run_guarded("gates", run, args.debug)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from gates import exit_codes, files, promotion
 from gates.cli.common import recorded_command, require_known, valid_contracts
 from gates.contract import Contract, Gate
 from gates.validate import find_root
+
+
+def recover_interrupted(args: argparse.Namespace) -> None:
+    """Before a `gates` command reads any contract: finish or undo a promotion or demotion a
+    crash interrupted in the project of the contracts it was given (``--root``, else each
+    file's nearest pyproject.toml, from any working directory), and say what was done."""
+    if args.root:
+        roots = {args.root}
+    else:
+        given = args.files or sorted(Path("contracts").glob("*.yaml"))
+        roots = {find_root(path) for path in given}
+    for root in sorted(roots):
+        done = promotion.recover_before_reading(root)
+        if done:
+            print(f"gates: {done.describe()} (in {root})", file=sys.stderr)
 
 
 def find_gate(contracts: list[Contract], gate_id: str) -> tuple[Contract, Gate]:

@@ -4,6 +4,7 @@ end in a traceback (each case runs the real command in a subprocess)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -105,14 +106,14 @@ def test_unreadable_file_is_a_usage_error(tmp_path: Path, monkeypatch, capsys):
     # Injected, because chmod 000 does not stop root (which CI runs as) from reading.
     path = tmp_path / "secret-v1.yaml"
     path.write_text("a: 1\n")
-    real_read = Path.read_bytes
+    real_open = os.open
 
-    def deny(self: Path) -> bytes:
-        if self == path:
-            raise PermissionError(13, "Permission denied")
-        return real_read(self)
+    def deny(name, flags, *args, **kwargs) -> int:
+        if Path(name) == path:
+            raise PermissionError(13, "Permission denied", str(name))
+        return real_open(name, flags, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", deny)
+    monkeypatch.setattr(os, "open", deny)
     assert pv_cli.main(["validate", str(path)]) == 2
     assert "Permission denied" in capsys.readouterr().err
 

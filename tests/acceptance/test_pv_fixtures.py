@@ -40,8 +40,16 @@ def test_invalid_fixture_reports_exactly_its_expected_rules_and_lines(case: Path
 
 def test_every_error_rule_has_an_invalid_fixture():
     covered = {rule for case in INVALID_CASES for _, rule, _ in expected_findings(case)}
-    # File-level rules need bytes a YAML fixture cannot hold; test_pv_cli covers them.
+    # File-level rules need bytes (or, for FILE-NOT-REGULAR, a FIFO or a symlink) a YAML
+    # fixture cannot hold; test_pv_cli and test_pv_special_files cover them.
     # PV-INTERNAL is a bug in pv and has no fixture by design.
-    elsewhere = {"FILE-EMPTY", "FILE-BINARY", "FILE-ENCODING", "FILE-TOO-LARGE", "PV-INTERNAL"}
+    elsewhere = {
+        "FILE-EMPTY",
+        "FILE-BINARY",
+        "FILE-ENCODING",
+        "FILE-TOO-LARGE",
+        "FILE-NOT-REGULAR",
+        "PV-INTERNAL",
+    }
     missing = set(RULES) - covered - elsewhere
     assert not missing, f"rules without an invalid fixture: {sorted(missing)}"

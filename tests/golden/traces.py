@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -42,10 +43,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from trainer.config.load import load_config
+from trainer.config.load import RunConfig, config_from_values, load_config, with_values
 from trainer.model.config import preset
+from trainer.store.registry import HOME_ENV
 from trainer.train import loss
-from trainer.train.loop import LoopSettings, settings_from_config, train
+from trainer.train.loop import train
+from trainer.train.options import RunOptions
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -96,47 +99,41 @@ def token_chain(n: int, seq_len: int, vocab_size: int, seed: int) -> Tensor:
     return rows
 
 
-def base_settings(name: str) -> LoopSettings:
-    """The run a trace records, without its output directories."""
+def base_config(name: str) -> RunConfig:
+    """The run a trace records, over in-memory token rows (no shards or tokenizer)."""
     spec = SPECS[name]
     if name == "quickstart":
         cfg = load_config(QUICKSTART)
-        return settings_from_config(
+        return with_values(
             cfg,
-            epochs=3,
-            max_steps=spec.steps,
-            warmup_steps=2,
-            eval_interval=5,
-            eval_max_tokens=4 * cfg.data.seq_len,
-            out_dir=None,
-            checkpoint_dir=None,
-            tokenizer_dir=None,
-            data_manifest=None,
-            resolved_config=None,
-            save_interval=None,
-            log_interval=1,
-            device="cpu",
+            {
+                "data.shards": None,
+                "data.tokenizer": None,
+                "training.epochs": 3,
+                "training.max_steps": spec.steps,
+                "training.warmup_steps": 2,
+                "training.eval_interval": 5,
+                "training.eval_tokens": 4 * cfg.data.seq_len,
+            },
         )
-    return LoopSettings(
-        model=preset("tiny"),
-        seed=1234,
-        micro_batch=4,
-        grad_accum=2,
-        seq_len=32,
-        epochs=3,
-        max_steps=spec.steps,
-        warmup_steps=2,
-        lr=3e-3,
-        min_lr=3e-4,
-        grad_clip=1.0,
-        eval_interval=4,
-        eval_max_tokens=6 * 32,
-        device="cpu",
+    return config_from_values(
+        preset("tiny"),
+        data={"micro_batch": 4, "seq_len": 32},
+        optimizer={"lr": 3e-3, "min_lr": 3e-4, "grad_clip": 1.0},
+        training={
+            "seed": 1234,
+            "gradient_accumulation": 2,
+            "epochs": 3,
+            "max_steps": spec.steps,
+            "warmup_steps": 2,
+            "eval_interval": 4,
+            "eval_tokens": 6 * 32,
+        },
     )
 
 
-def _data(settings: LoopSettings, spec: TraceSpec) -> tuple[TokenRows, TokenRows]:
-    vocab, seq_len = settings.model.vocab_size, settings.seq_len
+def _data(config: RunConfig, spec: TraceSpec) -> tuple[TokenRows, TokenRows]:
+    vocab, seq_len = config.model.vocab_size, config.data.seq_len
     train_rows = token_chain(spec.train_sequences, seq_len, vocab, TOKEN_SEED)
     val_rows = token_chain(spec.val_sequences, seq_len, vocab, TOKEN_SEED + 1)
     return TokenRows(train_rows), TokenRows(val_rows)
@@ -171,10 +168,10 @@ def _steps(result, hooks: _FirstIndices) -> list[dict]:
     return steps
 
 
-def _train(settings: LoopSettings, spec: TraceSpec) -> list[dict]:
+def _train(config: RunConfig, spec: TraceSpec, options: RunOptions = RunOptions()) -> list[dict]:
     hooks = _FirstIndices()
-    train_data, val_data = _data(settings, spec)
-    result = train(settings, train_data, val_data, hooks=hooks)
+    train_data, val_data = _data(config, spec)
+    result = train(config, train_data, val_data, options=options, hooks=hooks)
     return _steps(result, hooks)
 
 
@@ -185,27 +182,28 @@ def platform() -> dict:
 def record(name: str, *, resume: bool) -> list[dict]:
     """The trace of run ``name``: straight through, or stopped and resumed once."""
     spec = SPECS[name]
-    settings = base_settings(name)
+    config = base_config(name)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # reductions split over threads may round differently
     try:
         if not resume:
-            return _train(settings, spec)
+            return _train(config, spec)
         with tempfile.TemporaryDirectory(prefix=f"golden-{name}-") as tmp:
-            checkpoints = Path(tmp) / "checkpoints"
-            first = dataclasses.replace(
-                settings,
-                max_steps=spec.resume_after,
-                schedule_steps=spec.steps,
-                checkpoint_dir=checkpoints,
-            )
-            second = dataclasses.replace(
-                settings,
-                schedule_steps=spec.steps,  # the resume must match the run it continues
-                checkpoint_dir=checkpoints,
-                resume_from="latest",
-            )
-            return _train(first, spec) + _train(second, spec)
+            # A run with a directory registers itself: in a registry of its own, never the
+            # user's (trainer/store/registry.py).
+            home = os.environ.get(HOME_ENV)
+            os.environ[HOME_ENV] = str(Path(tmp) / "home")
+            try:
+                # Stopped early with the schedule kept (trainer apply --max-steps), resumed.
+                run = RunOptions(device="cpu", out_dir=Path(tmp) / "run", checkpoint=True)
+                first = dataclasses.replace(run, stop_after=spec.resume_after)
+                second = dataclasses.replace(run, resume_from="latest")
+                return _train(config, spec, first) + _train(config, spec, second)
+            finally:
+                if home is None:
+                    os.environ.pop(HOME_ENV, None)
+                else:
+                    os.environ[HOME_ENV] = home
     finally:
         torch.set_num_threads(threads)
 

@@ -1,8 +1,8 @@
 """Measurements of C-LLAMA-370M-SOVEREIGN's checkpoint and export gates, on a real checkpoint.
 
     python tools/make_370m_checkpoint.py --out runs/gates/arch-370m
-    gates promote GATE-ARCH-370M-002 --artifact runs/gates/arch-370m/step-00000002
-    gates promote GATE-ARCH-370M-005 --artifact runs/gates/arch-370m/step-00000002
+    gates promote GATE-ARCH-370M-002 --artifact runs/gates/arch-370m/checkpoints/step-00000002
+    gates promote GATE-ARCH-370M-005 --artifact runs/gates/arch-370m/checkpoints/step-00000002
 
 GATE-ARCH-370M-002 (FALSIFY-ARCH-370M-010) counts failed checks on a checkpoint the
 training loop wrote after two optimizer steps: what `trainer inspect --json` says about it

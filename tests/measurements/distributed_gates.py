@@ -23,7 +23,7 @@ from pathlib import Path
 
 from gates.measure import GateContext, Measurement, measures
 
-from .loop_run_gates import VOCAB, _random_rows, _Rows, _settings
+from .loop_run_gates import VOCAB, _config, _random_rows, _Rows
 
 PAD = 0
 STEPS = 6
@@ -55,14 +55,15 @@ def _child(micro_batch: int, out: Path) -> None:
 
     mutants.apply_from_env(Path(__file__).resolve().parents[2])  # reaches every rank
     torch.set_num_threads(1)  # two ranks on two cores
-    settings = _settings(
-        micro_batch=micro_batch,
-        grad_accum=2,
-        max_steps=STEPS,
-        epochs=100,
-        shuffle=True,
+    config = _config(
+        {
+            "data.micro_batch": micro_batch,
+            "training.gradient_accumulation": 2,
+            "training.max_steps": STEPS,
+            "training.epochs": 100,
+        }
     )
-    result = train(settings, _Rows(_padded_rows(), pad_id=PAD), None)
+    result = train(config, _Rows(_padded_rows(), pad_id=PAD), None)
     if os.environ.get("RANK", "0") != "0":
         return
     weights = {k: v.detach().contiguous() for k, v in result.model.state_dict().items()}

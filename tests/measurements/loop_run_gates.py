@@ -33,13 +33,14 @@ def _sources(ctx: GateContext, *names: str) -> list[Path]:
     return [ctx.root / name for name in ("trainer/train/loop.py", *names)]
 
 
-def _settings(**overrides):
+def _config(values: dict | None = None, vocab_size: int = VOCAB):
+    """The measured run, built in code over in-memory rows; ``values`` by dotted key."""
+    from trainer.config.load import config_from_values, with_values  # noqa: PLC0415
     from trainer.model.config import preset  # noqa: PLC0415 - torch on demand only
-    from trainer.train.loop import LoopSettings  # noqa: PLC0415
 
     model = dataclasses.replace(
         preset("tiny"),
-        vocab_size=overrides.pop("vocab_size", VOCAB),
+        vocab_size=vocab_size,
         hidden_size=16,
         intermediate_size=32,
         num_hidden_layers=1,
@@ -48,19 +49,19 @@ def _settings(**overrides):
         head_dim=None,
         max_position_embeddings=64,
     )
-    base = LoopSettings(
-        model=model,
-        seed=1234,
-        micro_batch=2,
-        grad_accum=2,
-        seq_len=8,
-        epochs=3,
-        max_steps=12,
-        warmup_steps=1,
-        lr=1e-2,
-        min_lr=1e-3,
+    base = config_from_values(
+        model,
+        data={"micro_batch": 2, "seq_len": 8},
+        optimizer={"lr": 1e-2, "min_lr": 1e-3},
+        training={
+            "seed": 1234,
+            "gradient_accumulation": 2,
+            "epochs": 3,
+            "max_steps": 12,
+            "warmup_steps": 1,
+        },
     )
-    return dataclasses.replace(base, **overrides)
+    return with_values(base, values or {})
 
 
 class _Rows:
@@ -141,7 +142,7 @@ def placeholder_losses(ctx: GateContext) -> Measurement:
     problems = []
     # (a) wrap-around on: 12 steps over 3 epochs, every loss the real one.
     hooks = _Hooks()
-    result = train(_settings(max_steps=12), data, None, hooks=hooks)
+    result = train(_config({"training.max_steps": 12}), data, None, hooks=hooks)
     made_up = [
         s
         for s, recorded in enumerate(result.losses, start=1)
@@ -156,7 +157,12 @@ def placeholder_losses(ctx: GateContext) -> Measurement:
     # (b) wrap-around off: step 5 is an error naming step 5, and no loss is recorded for it.
     hooks = _Hooks()
     try:
-        train(_settings(max_steps=12, wrap_around=False), data, None, hooks=hooks)
+        train(
+            _config({"training.max_steps": 12, "training.wrap_around": False}),
+            data,
+            None,
+            hooks=hooks,
+        )
         problems.append("no wrap: the run ended without DataExhaustedError")
     except DataExhaustedError as error:
         if not re.search(r"step 5\b", str(error)):
@@ -233,11 +239,13 @@ def validation_tokens_trained_on(ctx: GateContext) -> Measurement:
         steps_per_epoch = train_data.num_sequences // 4
         hooks = _Hooks()
         train(
-            _settings(
+            _config(
+                {
+                    "data.seq_len": seq_len,
+                    "training.max_steps": 3 * steps_per_epoch,
+                    "training.eval_interval": steps_per_epoch,
+                },
                 vocab_size=manifest.vocab_size,
-                seq_len=seq_len,
-                max_steps=3 * steps_per_epoch,
-                eval_interval=steps_per_epoch,
             ),
             train_data,
             ShardSequences(data_dir, "val", seq_len),
@@ -310,10 +318,18 @@ def _validation_rows(targets: int, pad_rows: int = 0, seq_len: int = 64):
 
 @measures("GATE-TRAIN-LOOP-003")
 def validation_floor(ctx: GateContext) -> Measurement:
+    from trainer.config.load import with_values  # noqa: PLC0415
     from trainer.train.loop import train  # noqa: PLC0415
 
     train_data = _Rows(_random_rows(8, 64, seed=12))
-    run = _settings(seq_len=64, max_steps=1, epochs=1, early_stopping=True)
+    run = _config(
+        {
+            "data.seq_len": 64,
+            "training.max_steps": 1,
+            "training.epochs": 1,
+            "training.early_stopping": True,
+        }
+    )
     # (label, validation set, must start?)
     cases = [
         ("16,384 targets", _validation_rows(16_384), False),
@@ -334,7 +350,7 @@ def validation_floor(ctx: GateContext) -> Measurement:
             wrong.append(f"{label}: {'started' if started else 'refused'}")
         elif not started and "131,072" not in message:
             wrong.append(f"{label}: the refusal does not state the minimum: {message}")
-    no_early = dataclasses.replace(run, early_stopping=False)
+    no_early = with_values(run, {"training.early_stopping": False})
     if train(no_early, train_data, _validation_rows(2_000)).steps_run != 1:
         wrong.append("early stopping off with 2,000 validation tokens did not run")
     return Measurement(
@@ -476,7 +492,7 @@ def nonfinite_steps_applied(ctx: GateContext) -> Measurement:
     for kind, value in (("nan loss", "loss is nan"), ("inf gradient", "grad norm is inf")):
         hooks = _Poisoned(kind)
         try:
-            train(_settings(max_steps=12), data, None, hooks=hooks)
+            train(_config({"training.max_steps": 12}), data, None, hooks=hooks)
             notes.append(f"{kind}: the run finished")
         except NonFiniteError as error:
             if not (re.search(r"step 7\b", str(error)) and value in str(error)):
@@ -518,7 +534,16 @@ def lr_mismatched_steps(ctx: GateContext) -> Measurement:
     from trainer.train.loop import train  # noqa: PLC0415
 
     hooks = _Hooks()
-    run = _settings(seq_len=4, max_steps=200, epochs=50, warmup_steps=20, lr=3e-4, min_lr=3e-5)
+    run = _config(
+        {
+            "data.seq_len": 4,
+            "training.max_steps": 200,
+            "training.epochs": 50,
+            "training.warmup_steps": 20,
+            "optimizer.lr": 3e-4,
+            "optimizer.min_lr": 3e-5,
+        }
+    )
     train(run, _Rows(_random_rows(16, 4, seed=15)), None, hooks=hooks)
     mismatched, groups = [], set()
     for step in range(1, 201):
@@ -547,7 +572,12 @@ def grad_norm_error(ctx: GateContext) -> Measurement:
     data = _Rows(_random_rows(16, 8, seed=16))
     hooks = _Hooks()
     # Clip far above the norm: .grad before the step is the unclipped gradient.
-    result = train(_settings(max_steps=20, epochs=5, grad_clip=1e9), data, None, hooks=hooks)
+    result = train(
+        _config({"training.max_steps": 20, "training.epochs": 5, "optimizer.grad_clip": 1e9}),
+        data,
+        None,
+        hooks=hooks,
+    )
     errors = [
         abs(reported - hooks.grad_norms[s]) / hooks.grad_norms[s]
         for s, reported in enumerate(result.grad_norms, start=1)
@@ -556,7 +586,9 @@ def grad_norm_error(ctx: GateContext) -> Measurement:
     # recomputed from scratch on a copy of the model (same weights, same batch, same
     # scaling hook); the post-clip norm is that of .grad as the optimizer gets it.
     clipped = _ScaledAt3()
-    scaled = train(_settings(max_steps=3, grad_clip=1.0), data, None, hooks=clipped)
+    scaled = train(
+        _config({"training.max_steps": 3, "optimizer.grad_clip": 1.0}), data, None, hooks=clipped
+    )
     pre_clip = clipped.fresh_pre_clip_norm
     errors.append(abs(scaled.grad_norms[2] - pre_clip) / pre_clip)
     errors.append(max(0.0, clipped.grad_norms[3] - 1.0))  # over max_norm 1.0: not clipped
@@ -627,7 +659,11 @@ def _determinism_child(out: str) -> None:
     mutants.apply_from_env(Path(__file__).resolve().parents[2])
 
     # 64 sequences / 4 per step = 16 steps per epoch: the order reshuffles at step 17.
-    result = train(_settings(max_steps=30, epochs=2), _Rows(_random_rows(64, 8, seed=17)), None)
+    result = train(
+        _config({"training.max_steps": 30, "training.epochs": 2}),
+        _Rows(_random_rows(64, 8, seed=17)),
+        None,
+    )
     weights = {k: v.contiguous() for k, v in result.model.state_dict().items()}
     Path(out).write_text(
         json.dumps(

@@ -8,7 +8,6 @@ lr-schedule-not-applied are also the grammar oracle's (017). The mutants of the 
 parts (loss, optimizer, guards, attention) live in tests/mutants/loop_parts.py.
 """
 
-import dataclasses
 import sys
 import time
 
@@ -17,6 +16,7 @@ import torch
 
 from gates.mutants import mutant
 from trainer import exit_codes
+from trainer.config.load import with_values
 from trainer.data import encode
 from trainer.train import guards, loop, optim, sequences
 
@@ -28,9 +28,10 @@ def _placeholder_loss(patch):
     planned, train_step = loop._planned_steps, loop._train_step
     past_end = {"now": False}
 
-    def steps(settings, num_sequences):
-        for plan in planned(dataclasses.replace(settings, wrap_around=True), num_sequences):
-            past_end["now"] = plan.epoch >= 1 and not settings.wrap_around
+    def steps(config, num_sequences, last_step):
+        wrapping = with_values(config, {"training.wrap_around": True})
+        for plan in planned(wrapping, num_sequences, last_step):
+            past_end["now"] = plan.epoch >= 1 and not config.training.wrap_around
             yield plan
 
     def step(model, optimizer, micro_batches, **kw):
@@ -46,8 +47,9 @@ def _placeholder_loss(patch):
 def _wrap_without_epoch_increment(patch):
     planned = loop._planned_steps
 
-    def steps(settings, num_sequences):
-        for plan in planned(dataclasses.replace(settings, wrap_around=True), num_sequences):
+    def steps(config, num_sequences, last_step):
+        wrapping = with_values(config, {"training.wrap_around": True})
+        for plan in planned(wrapping, num_sequences, last_step):
             yield plan._replace(epoch=0)
 
     patch.setattr(loop, "_planned_steps", steps)
@@ -57,9 +59,9 @@ def _wrap_without_epoch_increment(patch):
 def _silent_stop(patch):
     planned = loop._planned_steps
 
-    def steps(settings, num_sequences):
+    def steps(config, num_sequences, last_step):
         try:
-            yield from planned(settings, num_sequences)
+            yield from planned(config, num_sequences, last_step)
         except sequences.DataExhaustedError:
             return  # the run "finishes" with fewer steps than max_steps
 
@@ -87,8 +89,8 @@ def _validation_from_train_head(patch):
     patch.setattr(
         loop,
         "_start",
-        lambda settings, train_data, val_data, *args, **kw: start(
-            settings, train_data, train_data, *args, **kw
+        lambda config, options, train_data, val_data, *args, **kw: start(
+            config, options, train_data, train_data, *args, **kw
         ),
     )
 
@@ -194,7 +196,7 @@ def _unseeded_shuffle(patch):
 
 @mutant("rng-seeded-from-time")
 def _seeded_from_time(patch):
-    patch.setattr(loop, "_run_seed", lambda settings: time.time_ns() % 2**31)
+    patch.setattr(loop, "_run_seed", lambda config: time.time_ns() % 2**31)
 
 
 @mutant("shuffle-over-set-order")

@@ -16,8 +16,8 @@ def _preflight_after_first_step(patch):
     check, evaluate = preflight.check_run, loop._Run.evaluate
     pending: list[tuple] = []
 
-    def remember(settings, *sources):
-        pending.append((settings, *sources))
+    def remember(config, options, *sources):
+        pending.append((config, options, *sources))
         return []
 
     def evaluate_then_check(self, step, record):
@@ -34,7 +34,7 @@ def _preflight_skipped_on_resume(patch):
     # "The checkpoint was checked when it was written": a resume goes straight to loading.
     check = preflight.check_run
 
-    def fresh_runs_only(settings, *sources):
-        return [] if settings.resume_from is not None else check(settings, *sources)
+    def fresh_runs_only(config, options, *sources):
+        return [] if options.resume_from is not None else check(config, options, *sources)
 
     patch.setattr(preflight, "check_run", fresh_runs_only)

@@ -1,8 +1,10 @@
 """The run-config values a device cannot honour, found before anything is written: by
-`trainer validate` (trainer/config/validate.py), `trainer plan` (its config section) and
-`trainer apply` / `trainer pipeline` (which validate first, for the device they will run on).
+`trainer validate` (trainer/config/validate.py), `trainer plan` (its config section),
+`trainer apply` / `trainer pipeline` (which validate first, for the device they will run on)
+and the training loop itself (trainer/train/loop.py train(), for configs built in code).
 
     device_findings(cfg, "cpu")               # [ConfigFinding(code="device-unsupported")]
+    check_device(cfg, "cpu")                  # ConfigError with those findings
     unsupported_precision("bf16", "cuda")     # None: a CUDA run trains in bf16 autocast
 
 ``training.mixed_precision``:
@@ -24,11 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from trainer.config.load import ConfigFinding, RunConfig
+from trainer.config.load import ConfigError, ConfigFinding, RunConfig
 
 DEVICES = ("auto", "cpu", "cuda")
 CODE = "device-unsupported"
 FIELD = "training.mixed_precision"
+IN_CODE = "<config built in code>"  # a finding's path when the config has no file
 
 
 def unsupported_precision(precision: str, device: str) -> str | None:
@@ -89,6 +92,16 @@ def device_findings(
     ]
 
 
+def check_device(cfg: RunConfig, device: str) -> None:
+    """ConfigError naming every value a run of ``cfg`` on ``device`` (cpu | cuda: the device
+    the run got) cannot honour; the loop calls it before it builds or writes anything."""
+    findings = device_findings(cfg, device)
+    if findings:
+        raise ConfigError(findings)
+
+
 def _finding(cfg: RunConfig, message: str, hint: str, severity: str) -> ConfigFinding:
+    if cfg.path is None:  # built in code: no file, no line to cite
+        return ConfigFinding(IN_CODE, None, None, FIELD, message, hint, CODE, severity)
     line, column = cfg.position_of(FIELD)
     return ConfigFinding(str(cfg.path), line, column, FIELD, message, hint, CODE, severity)

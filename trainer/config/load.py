@@ -28,6 +28,18 @@ MonitoringConfig) are the run-config model: each field's unit and meaning, and i
 default. schema.json validates the file and repeats the defaults for editors and readers;
 tests/unit/trainer/test_config_model.py proves the two agree on every key, type, default
 and enum.
+
+A config can also be built in code (tests, tools, the oracle), from the same dataclasses
+and their defaults, and any config changed by dotted key:
+
+    cfg = config_from_values(model, data={"micro_batch": 2, "seq_len": 8},
+                             optimizer={"lr": 1e-2}, training={"epochs": 3, "max_steps": 12,
+                             "warmup_steps": 1})
+    cfg = with_values(cfg, {"training.max_steps": 5, "data.micro_batch": 4})
+
+Only a config built in code may leave ``data.shards``, ``data.tokenizer`` and
+``training.output_dir`` None (IN_CODE_ONLY): in-memory sources have no files to check,
+and such a run writes where its RunOptions say. A loaded file always names all three.
 """
 
 from __future__ import annotations
@@ -119,10 +131,16 @@ DataParallel = Literal["ddp", "fsdp"]
 class DataConfig:
     """``data:`` — what the run reads. Every key is required."""
 
-    shards: Path  # directory from `trainer data encode` (manifest.json: train and val splits)
-    tokenizer: Path  # tokenizer directory, or its tokenizer.json
+    # None for shards and tokenizer only in a config built in code (IN_CODE_ONLY).
+    shards: Path | None  # directory from `trainer data encode` (manifest.json: both splits)
+    tokenizer: Path | None  # tokenizer directory, or its tokenizer.json
     micro_batch: int  # sequences per forward/backward on one rank
     seq_len: int  # tokens per training sequence (the model's input length)
+
+    @property
+    def manifest(self) -> Path | None:
+        """The shards' manifest.json (hashed into the run's identity); None: in memory."""
+        return None if self.shards is None else Path(self.shards) / "manifest.json"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,7 +174,9 @@ class TrainingConfig:
     seed: int = 42  # the one seed of model init, data order and every RNG of the run
     eval_interval: int = 1000  # steps between validation-loss evaluations
     save_interval: int = 1000  # steps between checkpoints (the last step is always saved)
-    output_dir: Path  # run directory: run_manifest.json, metrics.jsonl, checkpoints/
+    # run directory: run_manifest.json, metrics.jsonl, checkpoints/ (`trainer apply` hands
+    # it to the loop as RunOptions.out_dir); None only in a config built in code.
+    output_dir: Path | None
     force_token_budget: bool = False  # run under 10 tokens/parameter (INV-CFG-005), recorded
     wrap_around: bool = True  # a new epoch when the split is used up; off: exhaustion is an error
     early_stopping: bool = False  # stop after 5 evaluations without improvement
@@ -175,9 +195,18 @@ class MonitoringConfig:
     alerts: tuple[AlertRule, ...] = ()  # checked by the loop after every step, in file order
 
 
+#: Keys only a config built in code may leave None: in-memory data sources have no
+#: shard directory or tokenizer on disk (nothing for the loop to check or hash), and such
+#: a run writes where its RunOptions.out_dir says. schema.json requires all three.
+IN_CODE_ONLY = ("data.shards", "data.tokenizer", "training.output_dir")
+
+
 @dataclass(frozen=True)
 class RunConfig:
-    path: Path
+    """One run's definition: the model and the four sections. ``path`` is the file it
+    was loaded from (None: built in code, config_from_values)."""
+
+    path: Path | None
     name: str | None
     model: LlamaConfig
     model_preset: str | None
@@ -533,7 +562,7 @@ def _as_field_type(kind: Any, value: Any) -> Any:
     ``lr: 1`` as an int); anything else is already what the schema let through."""
     if value is None:
         return None
-    if kind is Path:
+    if kind is Path or Path in get_args(kind):
         return Path(value)
     if kind is float or float in get_args(kind):
         return float(value)
@@ -546,6 +575,26 @@ def _section(cls: type[_Section], given: dict, **derived: Any) -> _Section:
     types = _field_types(cls)
     values = {key: _as_field_type(types[key], value) for key, value in given.items()}
     return cls(**(values | derived))
+
+
+def _derived_values(section: str, values: dict, before: Any = None) -> dict:
+    """The fields of ``section`` derived from its given ``values``, for a file and for a
+    config built in code alike: optimizer.min_lr (as given; kept from ``before`` when that
+    config gave it; else 0.1 x lr, INV-CFG-006) and min_lr_given, and the alert rules
+    parsed from their YAML mappings (an AlertRule is taken as it is)."""
+    if section == "optimizer":
+        if "min_lr" in values:
+            return {"min_lr": float(values["min_lr"]), "min_lr_given": True}
+        if before is not None and before.min_lr_given:
+            return {}
+        lr = values["lr"] if "lr" in values else getattr(before, "lr", None)
+        if lr is None:
+            return {}  # a missing lr is reported by whoever builds the section
+        return {"min_lr": default_min_lr(float(lr)), "min_lr_given": False}
+    if section == "monitoring" and "alerts" in values:
+        rules = values["alerts"]
+        return {"alerts": tuple(r if isinstance(r, AlertRule) else parse_rule(r) for r in rules)}
+    return {}
 
 
 # ---------------------------------------------------------------- entry point
@@ -640,25 +689,122 @@ def _build(src: YamlSource, model_cfg: LlamaConfig) -> RunConfig:
     d = src.data
     opt = d["optimizer"]
     monitoring = d.get("monitoring") or {}
-    min_lr_given = opt.get("min_lr") is not None
-    lr = float(opt["lr"])
     return RunConfig(
         path=src.path,
         name=d.get("name"),
         model=model_cfg,
         model_preset=d["model"].get("preset"),
         data=_section(DataConfig, d["data"]),
-        optimizer=_section(
-            OptimizerConfig,
-            opt,
-            min_lr=float(opt["min_lr"]) if min_lr_given else default_min_lr(lr),
-            min_lr_given=min_lr_given,
-        ),
+        optimizer=_section(OptimizerConfig, opt, **_derived_values("optimizer", opt)),
         training=_section(TrainingConfig, d["training"]),
         monitoring=_section(
-            MonitoringConfig,
-            monitoring,
-            alerts=tuple(parse_rule(entry) for entry in monitoring.get("alerts", ())),
+            MonitoringConfig, monitoring, **_derived_values("monitoring", monitoring)
         ),
         positions=_positions(src.tree),
     )
+
+
+# ---------------------------------------------------------------- configs built in code
+_SECTIONS: dict[str, type] = {
+    "data": DataConfig,
+    "optimizer": OptimizerConfig,
+    "training": TrainingConfig,
+    "monitoring": MonitoringConfig,
+}
+#: Fields no caller sets: _derived_values derives them from the keys that are.
+_DERIVED = frozenset({"optimizer.min_lr_given"})
+
+
+def _known(section: str) -> list[str]:
+    return [
+        f.name
+        for f in dataclasses.fields(_SECTIONS[section])
+        if f"{section}.{f.name}" not in _DERIVED
+    ]
+
+
+def _unknown_key(key: str, known: list[str]) -> ValueError:
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], known, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}?" if close else f"known keys: {', '.join(known)}"
+    return ValueError(f"{key}: no such run-config key ({hint})")
+
+
+def _section_in_code(section: str, values: dict, before: Any = None) -> Any:
+    """Section ``section`` from ``values`` (its field names), the rest from ``before`` or,
+    without one, the dataclass defaults; ValueError for an unknown or a missing key."""
+    known = _known(section)
+    for key in values:
+        if key not in known:
+            raise _unknown_key(f"{section}.{key}", known)
+    derived = _derived_values(section, values, before)
+    if before is not None:
+        types = _field_types(_SECTIONS[section])
+        converted = {k: _as_field_type(types[k], v) for k, v in values.items()}
+        return dataclasses.replace(before, **(converted | derived))
+    required = [
+        f.name
+        for f in dataclasses.fields(_SECTIONS[section])
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    missing = [k for k in required if k not in values and k not in derived]
+    if missing:
+        raise ValueError(
+            f"missing run-config key(s): {', '.join(f'{section}.{k}' for k in missing)}"
+        )
+    return _section(_SECTIONS[section], values, **derived)
+
+
+def config_from_values(
+    model: LlamaConfig,
+    *,
+    data: dict[str, Any],
+    optimizer: dict[str, Any],
+    training: dict[str, Any],
+    monitoring: dict[str, Any] | None = None,
+    name: str | None = None,
+    model_preset: str | None = None,
+) -> RunConfig:
+    """A run config built in code: each section from the keys given (the YAML names) and
+    its dataclass's defaults, derived values derived as load_config derives them
+    (optimizer.min_lr omitted is 0.1 x lr). The IN_CODE_ONLY keys may be omitted: None,
+    in-memory sources and no run directory of its own. Nothing on disk is read; the
+    checks load_config makes of a file (schema ranges, the architecture) are not made.
+    ValueError for an unknown or a missing key."""
+    given = {
+        "data": {"shards": None, "tokenizer": None} | dict(data),
+        "optimizer": dict(optimizer),
+        "training": {"output_dir": None} | dict(training),
+        "monitoring": dict(monitoring or {}),
+    }
+    sections = {section: _section_in_code(section, values) for section, values in given.items()}
+    return RunConfig(path=None, name=name, model=model, model_preset=model_preset, **sections)
+
+
+def with_values(cfg: RunConfig, values: dict[str, Any]) -> RunConfig:
+    """``cfg`` with the values of ``values`` (dotted keys: "training.max_steps", "data.seq_len",
+    "model" for the whole LlamaConfig, "model.vocab_size" for one of its fields, "name"),
+    every section rebuilt frozen; derived values follow (a new optimizer.lr moves a derived
+    min_lr with it). ValueError for a key that is not a field of the run-config model."""
+    by_section: dict[str, dict[str, Any]] = {}
+    top: dict[str, Any] = {}
+    model_fields: dict[str, Any] = {}
+    for key, value in values.items():
+        section, _, name = key.partition(".")
+        if key in ("name", "model"):
+            top[key] = value
+        elif section == "model" and name:
+            if name not in _ARCH_FIELDS:
+                raise _unknown_key(key, sorted(_ARCH_FIELDS))
+            model_fields[name] = value
+        elif section in _SECTIONS and name:
+            by_section.setdefault(section, {})[name] = value
+        else:
+            raise _unknown_key(key, ["name", "model", *(f"{s}.FIELD" for s in _SECTIONS)])
+    model = top.get("model", cfg.model)
+    if model_fields:
+        model = dataclasses.replace(model, **model_fields)
+    sections = {
+        section: _section_in_code(section, given, getattr(cfg, section))
+        for section, given in by_section.items()
+    }
+    return dataclasses.replace(cfg, name=top.get("name", cfg.name), model=model, **sections)

@@ -5,7 +5,7 @@
     python -m trainer.oracle --seeds 0 1 2 --out oracle.json
 
 The model is trained by trainer.train.loop.train - the loop under test - and nothing here
-trains anything itself. Settings are fixed (ORACLE_*): one budget for every seed and every
+trains anything itself. The run config is fixed (ORACLE_*): one budget for every seed and every
 mutant, chosen once so that a correct loop clears 0.7 with margin on 2 CPU cores within
 the contract's 2 minutes for 3 seeds. They are not tuned per seed (the contract's
 if_fails: "do not tune hyperparameters to pass").
@@ -17,12 +17,13 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
+from trainer.config.load import RunConfig, config_from_values
 from trainer.model.config import LlamaConfig
 from trainer.oracle.data import OracleData, build_oracle_data
 from trainer.oracle.examples import PaddedExamples
 from trainer.oracle.ngram import KneserNeyTrigram
 from trainer.oracle.scorer import model_log_probs, score
-from trainer.train.loop import LoopSettings, train
+from trainer.train.loop import train
 
 RATIO_LIMIT = 0.7  # FALSIFY-TRAIN-LOOP-017: ppl(model) <= 0.7 x ppl(KN trigram)
 SEEDS = (0, 1, 2)
@@ -42,30 +43,32 @@ def oracle_model(vocab_size: int, longest: int) -> LlamaConfig:
     )
 
 
-def oracle_settings(data: OracleData, seed: int) -> LoopSettings:
-    """The fixed budget: same for every seed and every mutant."""
-    return LoopSettings(
-        model=oracle_model(data.tokenizer.vocab_size, data.longest),
-        seed=seed,
-        micro_batch=16,
-        grad_accum=1,
-        seq_len=data.longest - 1,  # the longest sequence fills a row exactly
-        epochs=ORACLE_EPOCHS,
-        max_steps=ORACLE_STEPS,
-        warmup_steps=ORACLE_WARMUP,
-        lr=ORACLE_LR,
-        min_lr=ORACLE_LR / 10,
-        betas=(0.9, 0.95),
-        eps=1e-8,
-        weight_decay=0.1,
-        grad_clip=1.0,
-        eval_interval=ORACLE_STEPS,  # one evaluation at the end; early stopping off
-        early_stopping=False,
-        wrap_around=True,
-        shuffle=True,
-        out_dir=None,
-        device="cpu",
-        log_interval=ORACLE_STEPS,
+def oracle_config(data: OracleData, seed: int) -> RunConfig:
+    """The fixed budget: same for every seed and every mutant (in-memory data: no shards,
+    no tokenizer on disk; the loop runs it on CPU and writes nothing)."""
+    return config_from_values(
+        oracle_model(data.tokenizer.vocab_size, data.longest),
+        data={"micro_batch": 16, "seq_len": data.longest - 1},  # the longest fills a row
+        optimizer={
+            "lr": ORACLE_LR,
+            "min_lr": ORACLE_LR / 10,
+            "beta1": 0.9,
+            "beta2": 0.95,
+            "eps": 1e-8,
+            "weight_decay": 0.1,
+            "grad_clip": 1.0,
+        },
+        training={
+            "seed": seed,
+            "gradient_accumulation": 1,
+            "epochs": ORACLE_EPOCHS,
+            "max_steps": ORACLE_STEPS,
+            "warmup_steps": ORACLE_WARMUP,
+            "eval_interval": ORACLE_STEPS,  # one evaluation at the end; early stopping off
+            "early_stopping": False,
+            "wrap_around": True,
+        },
+        monitoring={"log_interval": ORACLE_STEPS},
     )
 
 
@@ -108,12 +111,12 @@ def run_oracle(
     started = time.perf_counter()
     data = data or build_oracle_data()
     kn = kn or kn_baseline(data)
-    settings = oracle_settings(data, seed)
-    pad = data.pad_id
+    config = oracle_config(data, seed)
+    pad, seq_len = data.pad_id, config.data.seq_len
     result = train(
-        settings,
-        PaddedExamples(data.train_sequences, seq_len=settings.seq_len, pad_id=pad),
-        PaddedExamples(data.val_sequences, seq_len=settings.seq_len, pad_id=pad),
+        config,
+        PaddedExamples(data.train_sequences, seq_len=seq_len, pad_id=pad),
+        PaddedExamples(data.val_sequences, seq_len=seq_len, pad_id=pad),
     )
     model_score = score(model_log_probs(result.model), data.val_sequences)
     kn_score = score(kn.log_probs, data.val_sequences)

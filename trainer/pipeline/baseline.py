@@ -56,9 +56,7 @@ def consumed_indices(
         max_steps=steps,
     ):
         if plan.epoch not in orders:
-            orders[plan.epoch] = epoch_order(
-                train.num_sequences, seed=seed, epoch=plan.epoch, shuffle=True
-            )
+            orders[plan.epoch] = epoch_order(train.num_sequences, seed=seed, epoch=plan.epoch)
         order = orders[plan.epoch]
         for positions in plan.micro_batches(0):
             out.extend(int(i) for i in order[positions.start : positions.stop])

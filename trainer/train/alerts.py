@@ -1,8 +1,8 @@
 """The run config's alert rules, checked against each step's metrics record.
 
-    fired = check(settings.alerts, record)       # after the step (and its evaluation)
-    annotate(record, fired)                      # record["alerts"] = [...] when any fired
-    stop = first_stop(fired)                     # a stop rule: the run ends after this step
+    fired = check(cfg.monitoring.alerts, record)  # after the step (and its evaluation)
+    annotate(record, fired)                       # record["alerts"] = [...] when any fired
+    stop = first_stop(fired)                      # a stop rule: the run ends after this step
 
 A rule (trainer/config/alerts.py) is checked from its ``after_step`` on, against the
 record's value of its metric; ``val_loss`` exists only on evaluation steps, so a val_loss

@@ -17,7 +17,6 @@ alert) gives its TrainResult, described by ``summary_line`` and ``alert_line``.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,8 +29,9 @@ from trainer.config.validate import rule_finding, validate
 from trainer.data.manifest import ShardError
 from trainer.model.params import param_count
 from trainer.runfiles.metrics_file import MetricsFileError
-from trainer.runfiles.names import CHECKPOINTS_DIR, METRICS_FILE, RUN_MANIFEST_FILE
+from trainer.runfiles.names import METRICS_FILE, RUN_MANIFEST_FILE
 from trainer.train import distributed, guards, loop, preflight
+from trainer.train.options import RunOptions
 from trainer.train.sequences import DataExhaustedError, ShardSequences
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,9 @@ class RunAbortedError(Exception):
 
 @dataclass(frozen=True)
 class ApplyOptions:
-    """`trainer apply`'s options; each default leaves the config's own setting."""
+    """`trainer apply`'s options; each default leaves the config's own setting. They
+    become the loop's RunOptions (a run of apply always checkpoints), which
+    run_manifest.json records as the config's ``apply`` block."""
 
     max_steps: int | None = None  # stop after this many steps of the configured schedule
     out: Path | None = None  # output directory (None: the config's training.output_dir)
@@ -91,51 +93,43 @@ def apply_config(
             say(rule_finding(cfg, violation, "error").render())
         raise ApplyError(f"{config}: the step algebra refuses this run; nothing written")
 
-    settings = loop.settings_from_config(cfg)
-    if options.max_steps is not None and options.max_steps > settings.max_steps:
+    max_steps = cfg.training.max_steps
+    if options.max_steps is not None and options.max_steps > max_steps:
         raise ApplyError(
             f"--max-steps {options.max_steps} is past the config's training.max_steps "
-            f"{settings.max_steps}, the end of its LR schedule; nothing written"
+            f"{max_steps}, the end of its LR schedule; nothing written"
         )
-    overrides: dict = {"device": options.device, "compile": options.compile or settings.compile}
-    if options.out is not None:
-        overrides |= {"out_dir": options.out, "checkpoint_dir": options.out / CHECKPOINTS_DIR}
-    if options.resume is not None:
-        overrides |= {"resume_from": options.resume, "resume_override": options.resume_other_run}
-    if options.max_steps is not None and options.max_steps < settings.max_steps:
-        overrides |= {"max_steps": options.max_steps, "schedule_steps": settings.max_steps}
-    settings = dataclasses.replace(settings, **overrides)
+    out_dir = options.out if options.out is not None else cfg.training.output_dir
+    run = RunOptions(
+        device=options.device,
+        out_dir=out_dir,
+        checkpoint=True,
+        stop_after=options.max_steps,
+        resume_from=options.resume,
+        resume_override=options.resume_other_run,
+        compile=options.compile,
+    )
     previous = [
-        name
-        for name in (RUN_MANIFEST_FILE, METRICS_FILE)
-        if settings.out_dir is not None and (Path(settings.out_dir) / name).exists()
+        name for name in (RUN_MANIFEST_FILE, METRICS_FILE) if (Path(out_dir) / name).exists()
     ]
     if previous and options.resume is None:
         # Appending a second run's steps to the first's metrics would make both unreadable.
         raise ApplyError(
-            f"{settings.out_dir} already holds a run ({', '.join(previous)}); "
+            f"{out_dir} already holds a run ({', '.join(previous)}); "
             "choose another --out or remove it; nothing written"
         )
-    if settings.resolved_config is not None:
-        settings.resolved_config["apply"] = {
-            "max_steps": options.max_steps,
-            "out": str(settings.out_dir),
-            "device": options.device,
-            "compile": settings.compile,
-            "resume": options.resume,
-        }
 
     try:
         # loop.train runs the vocabulary preflight (model, tokenizer, shards, resumed
         # checkpoint) before it builds anything: one check for the CLI and the library.
-        result = loop.train(settings, train_data, val_data)
+        result = loop.train(cfg, train_data, val_data, options=run)
     except preflight.PreflightError as exc:
         raise ApplyError(f"{config}: {exc}") from exc
     except (CheckpointError, MetricsFileError) as exc:  # refused before any step
         raise ApplyError(f"cannot resume: {exc}") from exc
     except (guards.NonFiniteError, guards.DivergenceError, DataExhaustedError) as exc:
         raise RunAbortedError(str(exc)) from exc
-    return result, settings.out_dir
+    return result, out_dir
 
 
 def _log_finding(line: str) -> None:

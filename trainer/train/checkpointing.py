@@ -19,7 +19,6 @@ another world size always.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import signal
 import threading
@@ -34,55 +33,37 @@ from trainer.checkpoint.layout import LATEST_POINTER, CheckpointError
 from trainer.checkpoint.retention import prune
 from trainer.checkpoint.save import Gathered, save_checkpoint
 from trainer.checkpoint.state import config_hash
+from trainer.config.load import RunConfig
 from trainer.model.llama import Llama
 from trainer.train import components, distributed, fsdp
 
 log = logging.getLogger(__name__)
 
-# Settings that do not change what a step computes: a resume may differ in these.
-_NOT_IDENTITY = {
-    "max_steps",
-    "out_dir",
-    "device",
-    "compile",
-    "data_parallel",
-    "log_interval",
-    "resolved_config",
-    "data_manifest",
-    "checkpoint_dir",
-    "save_interval",
-    "keep_checkpoints",
-    "resume_from",
-    "resume_override",
-    "alerts",
-}
+
+def identity_hash(resolved: dict[str, Any]) -> str:
+    """The config hash a resume must match, of a resolved config (RunConfig.to_json(), or
+    a run manifest's ``config``): all of it but what changes no step - the ``apply`` block
+    (how a process ran it: trainer/train/options.py RunOptions.record),
+    training.data_parallel and monitoring.alerts."""
+    cfg = {k: v for k, v in resolved.items() if k != "apply"}
+    if isinstance(cfg.get("training"), dict):
+        # The strategy is how the ranks share the work, not what a step computes (the
+        # checkpoint format is one): a ddp checkpoint resumes under fsdp and back, and
+        # the hashes of configs written before the key existed do not change.
+        cfg["training"] = {k: v for k, v in cfg["training"].items() if k != "data_parallel"}
+    if isinstance(cfg.get("monitoring"), dict):
+        # Alert rules watch the run; they change no step. A run stopped by one resumes
+        # with the rule adjusted, and configs written before the key keep their hash.
+        cfg["monitoring"] = {k: v for k, v in cfg["monitoring"].items() if k != "alerts"}
+    return config_hash(cfg)
 
 
-def run_identity(settings: Any) -> tuple[str, str | None]:
-    """(config hash, data manifest sha256) of a LoopSettings: what a resume must match."""
-    if settings.resolved_config is not None:
-        cfg = {k: v for k, v in settings.resolved_config.items() if k != "apply"}
-        if isinstance(cfg.get("training"), dict):
-            # The strategy is how the ranks share the work, not what a step computes (the
-            # checkpoint format is one): a ddp checkpoint resumes under fsdp and back, and
-            # the hashes of configs written before the key existed do not change.
-            cfg["training"] = {k: v for k, v in cfg["training"].items() if k != "data_parallel"}
-        if isinstance(cfg.get("monitoring"), dict):
-            # Alert rules watch the run; they change no step. A run stopped by one resumes
-            # with the rule adjusted, and configs written before the key keep their hash.
-            cfg["monitoring"] = {k: v for k, v in cfg["monitoring"].items() if k != "alerts"}
-    else:
-        cfg = {
-            f.name: getattr(settings, f.name)
-            for f in dataclasses.fields(settings)
-            if f.name not in _NOT_IDENTITY
-        }
-        cfg["model"] = dataclasses.asdict(settings.model)
-        cfg = {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}
-        cfg = {k: str(v) if isinstance(v, Path) else v for k, v in cfg.items()}
-    manifest = settings.data_manifest
-    data_sha = sha256_file(manifest) if manifest is not None and Path(manifest).is_file() else None
-    return config_hash(cfg), data_sha
+def run_identity(config: RunConfig) -> tuple[str, str | None]:
+    """(config hash, data manifest sha256) of a run config: what a resume must match.
+    A config over in-memory sources (data.shards None) has no data manifest to hash."""
+    manifest = config.data.manifest
+    data_sha = sha256_file(manifest) if manifest is not None and manifest.is_file() else None
+    return identity_hash(config.to_json()), data_sha
 
 
 class Checkpointer:
@@ -172,7 +153,7 @@ def resume(
     checkpoint is refused before anything is loaded), then the weights and AdamW state,
     then this rank's generators. CheckpointError when the checkpoint does not fit."""
     if directory is None:
-        raise CheckpointError("resume_from needs checkpoint_dir (where the run's checkpoints are)")
+        raise CheckpointError("resume_from needs a run directory (where its checkpoints are)")
     path = resolve_checkpoint(spec, directory, state.model)
     try:
         components.load_state_json(state, load.read_state(path))  # verified first

@@ -3,7 +3,7 @@
     class Losses(Hooks):
         def after_step(self, step, record): print(step, record["loss"])
 
-    train(settings, train_data, val_data, hooks=Losses())
+    train(config, train_data, val_data, hooks=Losses())
 
 Tests observe the loop through these, never by patching it. An object that is not a
 Hooks but has some of these methods (an older caller's) is adapted by ``as_hooks``.

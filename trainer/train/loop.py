@@ -1,45 +1,58 @@
 """The training loop: every optimizer step does what the math says, and nothing is made up.
 
-    settings = settings_from_config(load_config("configs/quickstart-cpu.yaml"))
-    result = train(settings, ShardSequences(data, "train", T), ShardSequences(data, "val", T))
+    cfg = load_config("configs/quickstart-cpu.yaml")      # or config_from_values(...)
+    data, T = cfg.data.shards, cfg.data.seq_len
+    result = train(cfg, ShardSequences(data, "train", T), ShardSequences(data, "val", T),
+                   options=RunOptions(out_dir=Path("runs/a"), checkpoint=True))
     result.losses, result.grad_norms, result.lrs, result.val_losses, result.stop_reason
+
+The run is the RunConfig (trainer/config/load.py): every value that defines it is read
+from its sections, nowhere else. RunOptions (options.py) say how this process runs it:
+device, run directory, checkpoints, an early stop, a resume.
 
 One run, top to bottom (C-TRAINING-LOOP):
 
-0. The vocabulary preflight (preflight.py): model, tokenizer, shards and a resumed
-   checkpoint must agree on the vocabulary, or the run is refused with nothing built,
-   trained or written (INV-ARCH-370M-006) - on a resume too.
+0. Refuse, with nothing built, trained or written: a stop_after past training.max_steps;
+   the vocabulary preflight (preflight.py): model, tokenizer, shards and a resumed
+   checkpoint must agree on the vocabulary (INV-ARCH-370M-006) - on a resume too; then
+   a precision this device cannot honour (trainer/config/device.py: fp16 on any device,
+   the loop runs no grad scaler; bf16 off CUDA).
 1. Seed torch, random and numpy from the run seed; on CPU, deterministic algorithms.
 2. Build the model (trainer/model/llama.py) and AdamW with decay/no-decay groups (optim.py).
 3. Build the validation set once (the first sequences of the val split until
-   ``eval_max_tokens`` target tokens, or the whole split) and refuse early stopping on a
-   set too small to give signal (guards.check_validation_size).
+   ``training.eval_tokens`` target tokens, or the whole split) and refuse early stopping
+   on a set too small to give signal (guards.check_validation_size).
 4. Register the run's resumable state (components.py): model, optimizer, RNG, the run's
    identity, the data position, the schedule position, the guards, the validation losses.
-   With ``resume_from`` every part is loaded from the checkpoint (checkpointing.resume) and
-   the run continues at the step after it; metrics.jsonl first loses the lines of the
-   steps after the checkpoint (metrics.rewind), so each step is in it once.
-5. Write the run manifest (manifest.py) before step 1, when there is an output directory.
+   With ``options.resume_from`` every part is loaded from the checkpoint
+   (checkpointing.resume) and the run continues at the step after it; metrics.jsonl first
+   loses the lines of the steps after the checkpoint (metrics.rewind), so each step is in
+   it once.
+5. Write the run manifest (manifest.py) before step 1, when there is a run directory.
 6. Take the steps from trainer/train/steps.py iterate_steps - the driver the
-   C-TRAINCFG-001 preflight is checked against - and for each step:
+   C-TRAINCFG-001 preflight is checked against - up to ``options.stop_after`` or
+   ``training.max_steps``, and for each step:
    - map its micro-batch index ranges through the epoch's order (sequences.epoch_order);
      a step in epoch >= 1 without wrap-around is DataExhaustedError naming the step,
      never a placeholder loss and never a quiet early end;
-   - set lr(step) on every parameter group (schedule.lr_at, optim.apply_lr);
+   - set lr(step) on every parameter group (schedule.lr_at over training.max_steps,
+     whatever stop_after says; optim.apply_lr);
    - zero the gradients, accumulate them over the micro-batches (loss.py: the token mean
      of the global batch), clip them and measure the real pre-clip norm (optim.py);
    - check loss and norm are finite BEFORE optimizer.step (guards.check_finite), so a
      bad batch never reaches the weights or the AdamW moments;
    - step the optimizer, record and write the metrics;
-   - every ``eval_interval`` steps: validation loss, divergence guard, early stopping;
+   - every ``training.eval_interval`` steps: validation loss, divergence guard, early
+     stopping;
    - the config's alert rules (``monitoring.alerts``, alerts.py) against the step's record:
      a warn rule is a logged warning and an ``alerts`` entry in the record; a stop rule
      ends the run after this step like SIGTERM does (checkpoint, stop_reason "alert"), on
      the first step that breaches it, agreed by every rank;
-   - every ``save_interval`` steps, at the last step, and after the step in progress when
-     SIGTERM/SIGINT arrives: a checkpoint of every registered part
-     (train/checkpointing.py; a failed save is loud and training goes on).
-7. However the run ends - max_steps, early stopping, a signal, a stop alert, or an
+   - with ``options.checkpoint``, every ``training.save_interval`` steps, at the last
+     step, and after the step in progress when SIGTERM/SIGINT arrives: a checkpoint of
+     every registered part (train/checkpointing.py; a failed save is loud and training
+     goes on).
+7. However the run ends - its last step, early stopping, a signal, a stop alert, or an
    exception (NonFiniteError, DivergenceError, DataExhaustedError, anything) - train()
    records it in training_state.json (MetricsWriter.finish: status, reason, ended_at),
    so `trainer monitor` shows how a run ended instead of calling it stale.
@@ -67,7 +80,6 @@ tests/mutants/loop.py inject the contract's known bugs one at a time.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import random
 import signal
@@ -75,16 +87,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from trainer.checkpoint.layout import CHECKPOINTS_DIR
-from trainer.config.alerts import AlertRule
+from trainer.config.device import check_device
+from trainer.config.load import RunConfig
 from trainer.config.schedule import lr_at
-from trainer.model.config import LlamaConfig
 from trainer.model.llama import build_model
 from trainer.train import (
     alerts,
@@ -100,56 +110,11 @@ from trainer.train import (
 )
 from trainer.train.hooks import Hooks, as_hooks
 from trainer.train.manifest import write_run_manifest
+from trainer.train.options import RunOptions
 from trainer.train.sequences import DataExhaustedError, SequenceSource, epoch_order
 from trainer.train.steps import StepPlan, iterate_steps
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class LoopSettings:
-    """Everything one run needs; settings_from_config builds it from a run config."""
-
-    model: LlamaConfig
-    seed: int = 42
-    micro_batch: int = 8
-    grad_accum: int = 1
-    seq_len: int = 128
-    epochs: int = 1
-    max_steps: int = 100  # steps this run takes
-    warmup_steps: int = 0
-    lr: float = 3e-4
-    min_lr: float = 3e-5
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = 1e-8
-    weight_decay: float = 0.1
-    grad_clip: float | None = 1.0
-    eval_interval: int = 1000
-    eval_max_tokens: int = 131_072
-    early_stopping: bool = False
-    wrap_around: bool = True
-    shuffle: bool = True
-    out_dir: Path | None = None  # None: write nothing
-    device: str = "cpu"  # cpu | cuda | auto
-    compile: bool = False
-    log_interval: int = 1
-    mixed_precision: str = "fp32"  # fp32 | bf16: bf16 autocast on CUDA only
-    data_parallel: str = "ddp"  # ddp | fsdp under torchrun (distributed.py); one process: unused
-    resolved_config: dict | None = None  # written to the run manifest as is
-    data_manifest: Path | None = None  # the data set's manifest.json (hashed into the run manifest)
-    force_token_budget: bool = False
-    schedule_steps: int | None = None  # the LR schedule's length; None: max_steps
-    checkpoint_dir: Path | None = None  # None: no checkpoints (and no signal handling)
-    save_interval: int | None = None  # steps between checkpoints; None: the last step only
-    keep_checkpoints: int = 2  # the newest K (>= 2) plus the best by validation loss
-    resume_from: str | Path | None = None  # "latest" (in checkpoint_dir) or a checkpoint
-    resume_override: bool = False  # resume a checkpoint of another config / data set
-    tokenizer_dir: Path | None = None  # recorded in checkpoints for export
-    alerts: tuple[AlertRule, ...] = ()  # monitoring.alerts: checked after every step
-
-    def schedule_length(self) -> int:
-        """A run cut short (trainer apply --max-steps) keeps its configured schedule."""
-        return self.max_steps if self.schedule_steps is None else self.schedule_steps
 
 
 @dataclass
@@ -180,47 +145,7 @@ class TrainResult:
         return [r["lr"] for r in self.records]
 
 
-# ---------------------------------------------------------------- settings
-def settings_from_config(run_config: Any, **overrides: Any) -> LoopSettings:
-    """LoopSettings of a trainer.config.load.RunConfig; ``overrides`` replace fields."""
-    c = run_config
-    training = c.training
-    settings = LoopSettings(
-        model=c.model,
-        seed=training.seed,
-        micro_batch=c.data.micro_batch,
-        grad_accum=training.gradient_accumulation,
-        seq_len=c.data.seq_len,
-        epochs=training.epochs,
-        max_steps=training.max_steps,
-        warmup_steps=training.warmup_steps,
-        lr=c.optimizer.lr,
-        min_lr=c.optimizer.min_lr,
-        betas=(c.optimizer.beta1, c.optimizer.beta2),
-        eps=c.optimizer.eps,
-        weight_decay=c.optimizer.weight_decay,
-        grad_clip=c.optimizer.grad_clip,
-        eval_interval=training.eval_interval,
-        eval_max_tokens=training.eval_tokens,
-        early_stopping=training.early_stopping,
-        wrap_around=training.wrap_around,
-        out_dir=Path(training.output_dir),
-        checkpoint_dir=Path(training.output_dir) / CHECKPOINTS_DIR,
-        save_interval=training.save_interval,
-        keep_checkpoints=training.keep_checkpoints,
-        tokenizer_dir=Path(c.data.tokenizer),
-        compile=training.compile,
-        log_interval=c.monitoring.log_interval,
-        alerts=c.monitoring.alerts,
-        mixed_precision=training.mixed_precision,
-        data_parallel=training.data_parallel,
-        resolved_config=c.to_json(),
-        data_manifest=Path(c.data.shards) / "manifest.json",
-        force_token_budget=training.force_token_budget,
-    )
-    return dataclasses.replace(settings, **overrides)
-
-
+# ---------------------------------------------------------------- device
 def _resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -231,13 +156,9 @@ def _resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _autocast_dtype(settings: LoopSettings, device: torch.device) -> torch.dtype | None:
-    """bf16 autocast on CUDA when configured; CPU always runs float32."""
-    if device.type == "cuda" and settings.mixed_precision == "bf16":
-        return torch.bfloat16
-    if device.type == "cuda" and settings.mixed_precision == "fp16":
-        raise ValueError("mixed_precision fp16 needs a grad scaler, which this loop does not run")
-    return None
+def _autocast_dtype(config: RunConfig) -> torch.dtype | None:
+    """bf16 autocast when configured (train() has refused it off CUDA, and fp16); else None."""
+    return torch.bfloat16 if config.training.mixed_precision == "bf16" else None
 
 
 @contextlib.contextmanager
@@ -253,9 +174,9 @@ def _deterministic(device: torch.device) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------- seeds
-def _run_seed(settings: LoopSettings) -> int:
+def _run_seed(config: RunConfig) -> int:
     """The one seed every generator of the run derives from."""
-    return settings.seed
+    return config.training.seed
 
 
 def _seed_everything(seed: int) -> None:
@@ -265,76 +186,77 @@ def _seed_everything(seed: int) -> None:
 
 
 # ---------------------------------------------------------------- data
-def _exhaustion_error(step: int, settings: LoopSettings, steps_per_epoch: int) -> Exception:
-    if not settings.wrap_around:
+def _exhaustion_error(
+    step: int, config: RunConfig, steps_per_epoch: int, last_step: int
+) -> Exception:
+    epochs = config.training.epochs
+    if not config.training.wrap_around:
         why = f"one epoch is {steps_per_epoch} steps and wrap_around is off"
     else:
-        why = (
-            f"epochs {settings.epochs} x {steps_per_epoch} steps per epoch = "
-            f"{settings.epochs * steps_per_epoch} steps"
-        )
+        total = epochs * steps_per_epoch
+        why = f"epochs {epochs} x {steps_per_epoch} steps per epoch = {total} steps"
     return DataExhaustedError(
-        f"step {step}: the training split is exhausted ({why}; max_steps is "
-        f"{settings.max_steps}). Turn wrap_around on, raise epochs, lower max_steps or add data"
+        f"step {step}: the training split is exhausted ({why}; max_steps is {last_step}). "
+        "Turn wrap_around on, raise epochs, lower max_steps or add data"
     )
 
 
-def _planned_steps(settings: LoopSettings, num_sequences: int) -> Iterator[StepPlan]:
-    """iterate_steps plus the exhaustion rule: every one of max_steps steps, or an error."""
+def _planned_steps(config: RunConfig, num_sequences: int, last_step: int) -> Iterator[StepPlan]:
+    """iterate_steps plus the exhaustion rule: every step up to ``last_step``, or an error."""
+    data, training = config.data, config.training
     world_size = distributed.current_world().world_size
-    global_batch = settings.micro_batch * settings.grad_accum * world_size
+    global_batch = data.micro_batch * training.gradient_accumulation * world_size
     steps_per_epoch = num_sequences // global_batch
     if steps_per_epoch == 0:
         raise ValueError(
-            f"the training split has {num_sequences} sequences of {settings.seq_len} tokens; "
-            f"one global batch needs {global_batch} (micro_batch {settings.micro_batch} x "
-            f"grad_accum {settings.grad_accum} x world_size {world_size})"
+            f"the training split has {num_sequences} sequences of {data.seq_len} tokens; "
+            f"one global batch needs {global_batch} (micro_batch {data.micro_batch} x "
+            f"grad_accum {training.gradient_accumulation} x world_size {world_size})"
         )
-    epochs = settings.epochs if settings.wrap_around else max(settings.epochs, 2)
+    epochs = training.epochs if training.wrap_around else max(training.epochs, 2)
     taken = 0
     for plan in iterate_steps(
         num_sequences,
-        micro_batch=settings.micro_batch,
-        grad_accum=settings.grad_accum,
+        micro_batch=data.micro_batch,
+        grad_accum=training.gradient_accumulation,
         epochs=epochs,
-        max_steps=settings.max_steps,
+        max_steps=last_step,
         world_size=world_size,
     ):
-        if plan.epoch >= 1 and not settings.wrap_around:
-            raise _exhaustion_error(plan.step, settings, steps_per_epoch)
+        if plan.epoch >= 1 and not training.wrap_around:
+            raise _exhaustion_error(plan.step, config, steps_per_epoch, last_step)
         taken = plan.step
         yield plan
-    if taken < settings.max_steps:  # epochs x steps_per_epoch < max_steps
-        raise _exhaustion_error(taken + 1, settings, steps_per_epoch)
+    if taken < last_step:  # epochs x steps_per_epoch < last_step
+        raise _exhaustion_error(taken + 1, config, steps_per_epoch, last_step)
 
 
 class _EpochOrders:
     """The visiting order of the current epoch, drawn once per epoch."""
 
-    def __init__(self, num_sequences: int, seed: int, shuffle: bool) -> None:
-        self.num_sequences, self.seed, self.shuffle = num_sequences, seed, shuffle
+    def __init__(self, num_sequences: int, seed: int) -> None:
+        self.num_sequences, self.seed = num_sequences, seed
         self.epoch: int | None = None
         self.order: Tensor | None = None
 
     def indices(self, epoch: int, positions: range) -> list[int]:
         if epoch != self.epoch:
-            self.order = epoch_order(
-                self.num_sequences, seed=self.seed, epoch=epoch, shuffle=self.shuffle
-            )
+            self.order = epoch_order(self.num_sequences, seed=self.seed, epoch=epoch)
             self.epoch = epoch
         return [int(i) for i in self.order[positions.start : positions.stop]]
 
 
 def _validation_batches(
-    val_data: SequenceSource | None, settings: LoopSettings
+    val_data: SequenceSource | None, config: RunConfig
 ) -> list[tuple[Tensor, Tensor]]:
-    """The fixed validation set: val sequences 0, 1, ... until eval_max_tokens target
+    """The fixed validation set: val sequences 0, 1, ... until training.eval_tokens target
     tokens are in, or the whole split. Never the training source."""
     if val_data is None or val_data.num_sequences == 0:
         return []
+    micro_batch = config.data.micro_batch
     batches, count, index = [], 0, 0
-    while index < val_data.num_sequences and count < settings.eval_max_tokens:
-        indices = list(range(index, min(index + settings.micro_batch, val_data.num_sequences)))
+    while index < val_data.num_sequences and count < config.training.eval_tokens:
+        indices = list(range(index, min(index + micro_batch, val_data.num_sequences)))
         inputs, targets = val_data.batch(indices)
         batches.append((inputs, targets))
         count += loss.count_targets(targets)
@@ -427,7 +349,7 @@ def _train_step(
     *,
     step: int,
     lr: float,
-    settings: LoopSettings,
+    grad_clip: float | None,
     autocast: torch.dtype | None,
     hooks: Hooks,
 ) -> tuple[float, float, int]:
@@ -439,7 +361,7 @@ def _train_step(
     optim.apply_lr(optimizer, lr)
     _zero_grad(optimizer)
     step_loss, count = _accumulate(model, micro_batches, autocast, world)
-    grad_norm = optim.clip_gradients(model.parameters(), settings.grad_clip)
+    grad_norm = optim.clip_gradients(model.parameters(), grad_clip)
     _update(
         optimizer,
         model,
@@ -457,7 +379,8 @@ def _train_step(
 class _Run:
     """One run's live objects and what it does: take a step, evaluate, save, stop."""
 
-    settings: LoopSettings
+    config: RunConfig
+    last_step: int  # the step this run stops after (RunOptions.last_step)
     train_data: SequenceSource
     val_batches: list[tuple[Tensor, Tensor]]
     forward: nn.Module  # what forward runs through: the model, DDP or torch.compile of it
@@ -473,19 +396,19 @@ class _Run:
     stop: checkpointing.StopSignals | None = None
 
     def step(self, plan: StepPlan) -> dict:
-        s = self.settings
+        adamw = self.config.optimizer
         started = time.perf_counter()
         rank = _data_rank(self.world)
         index_lists = [self.orders.indices(plan.epoch, r) for r in plan.micro_batches(rank)]
         micro_batches = [self.train_data.batch(ix) for ix in index_lists]
         self.hooks.step_batches(plan.step, plan.epoch, index_lists, micro_batches)
         self.state.schedule.step = plan.step  # lr_at is a pure function of the step
-        lr = lr_at(
+        lr = lr_at(  # over the configured schedule, however early this run stops
             plan.step,
-            peak=s.lr,
-            warmup=s.warmup_steps,
-            max_steps=s.schedule_length(),
-            min_lr=s.min_lr,
+            peak=adamw.lr,
+            warmup=self.config.training.warmup_steps,
+            max_steps=self.config.training.max_steps,
+            min_lr=adamw.min_lr,
         )
         step_loss, grad_norm, tokens = _train_step(
             self.forward,
@@ -493,7 +416,7 @@ class _Run:
             micro_batches,
             step=plan.step,
             lr=lr,
-            settings=s,
+            grad_clip=adamw.grad_clip,
             autocast=self.autocast,
             hooks=self.hooks,
         )
@@ -523,25 +446,29 @@ class _Run:
 
     def save(self, plan: StepPlan) -> None:
         """Checkpoint the state after ``plan``'s step (a failure is logged, not raised)."""
-        assert self.checkpointer is not None, "save() on a run without checkpoint_dir"
+        assert self.checkpointer is not None, "save() on a run without checkpoints"
         self.state.data.completed(plan)
         if self.checkpointer.save(plan.step, self.state, self.world) is not None:
             self.result.checkpoints.append(plan.step)
 
     def run(self) -> None:
-        s = self.settings
+        training = self.config.training
         self.hooks.on_start(self.result.model, self.state.optimizer)
         last: StepPlan | None = None
-        for plan in _planned_steps(s, self.train_data.num_sequences):
+        for plan in _planned_steps(self.config, self.train_data.num_sequences, self.last_step):
             self.state.data.check(plan)  # resumed: the driver agrees with the checkpoint
             if plan.step < self.state.data.first_step:
                 continue  # done before the checkpoint this run resumed from
             record = self.step(plan)
             last = plan
-            if plan.step % s.eval_interval == 0 and self.val_batches:
+            if plan.step % training.eval_interval == 0 and self.val_batches:
                 self.evaluate(plan.step, record)
             fired = self.check_alerts(record)
-            self.writer.write(record, max_steps=s.max_steps, log_interval=s.log_interval)
+            self.writer.write(
+                record,
+                max_steps=self.last_step,
+                log_interval=self.config.monitoring.log_interval,
+            )
             if self.checkpointer is not None and self.checkpointer.due(plan.step):
                 self.save(plan)
             self.hooks.after_step(plan.step, record)
@@ -566,7 +493,7 @@ class _Run:
         """The config's alert rules against this step's record (val_loss included when it
         was an evaluation step): fired rules go into the record, and each warn rule is
         one logged warning from rank 0 (the stop rules are reported by whoever stops)."""
-        fired = alerts.check(self.settings.alerts, record)
+        fired = alerts.check(self.config.monitoring.alerts, record)
         alerts.annotate(record, fired)
         if self.world.is_main:
             for warning in (f for f in fired if f.rule.action == "warn"):
@@ -579,7 +506,8 @@ class _Run:
         Loss, grad norm, lr and val loss are the same on every rank; step times are not,
         so the ranks then exchange which rule fired where and all name the first rank's.
         A config without stop rules (the same on every rank) costs no collective."""
-        if not alerts.has_stop_rules(self.settings.alerts):
+        rules = self.config.monitoring.alerts
+        if not alerts.has_stop_rules(rules):
             return False
         mine = alerts.first_stop(fired)
         if not distributed.any_rank(mine is not None, self.world):
@@ -587,14 +515,14 @@ class _Run:
         if self.world.distributed:
             exchanged = distributed.gather_json({"stop": alerts.encode(mine)}, self.world)
             stops = [r["stop"] for r in exchanged]
-            mine = alerts.decode(stops, self.settings.alerts, self.result.steps_run)
+            mine = alerts.decode(stops, rules, self.result.steps_run)
         self.result.alert = mine
         self.result.stop_reason = "alert"
         return True
 
     def end_status(self) -> tuple[str, str]:
         """(status, reason) of a run that returned: training_state.json's end record."""
-        r, s, early = self.result, self.settings, self.state.guards.early
+        r, early = self.result, self.state.guards.early
         if r.stop_reason == "alert" and r.alert is not None:
             return "alert", r.alert.message()
         if r.stop_reason == "early_stopping" and early is not None:
@@ -608,41 +536,39 @@ class _Run:
             return "signal", f"{name}: stopped after step {r.steps_run}"
         if r.stop_reason != "max_steps":
             raise RuntimeError(f"no end status for stop reason {r.stop_reason!r}")
-        return "finished", f"step {r.steps_run}: max_steps {s.max_steps} reached"
+        return "finished", f"step {r.steps_run}: max_steps {self.last_step} reached"
 
     def record_end(self, status: str, reason: str) -> None:
         """MetricsWriter.finish; a failure to write it is logged but does not replace the
         run's own outcome (its result, or the exception that aborted it)."""
         try:
-            self.writer.finish(status, reason, max_steps=self.settings.max_steps)
+            self.writer.finish(status, reason, max_steps=self.last_step)
         except (OSError, metrics.MetricsFileError) as exc:
             log.error("could not record the end status %r: %s", status, exc)
 
 
 def _register(
-    settings: LoopSettings,
+    config: RunConfig,
+    options: RunOptions,
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     world: distributed.World,
 ) -> components.TrainState:
     """Every resumable part of a fresh run under its key (components.py)."""
-    # (config hash, data manifest sha256): only a run that checkpoints needs them.
-    identity = (
-        ("", None) if settings.checkpoint_dir is None else checkpointing.run_identity(settings)
-    )
+    tokenizer = config.data.tokenizer
     return components.TrainState(
         identity=components.RunIdentity(
-            *identity,
-            seed=settings.seed,
-            tokenizer_dir=None if settings.tokenizer_dir is None else str(settings.tokenizer_dir),
+            *checkpointing.run_identity(config),  # (config hash, data manifest sha256)
+            seed=config.training.seed,
+            tokenizer_dir=None if tokenizer is None else str(tokenizer),
             world_size=world.world_size,
-            override=settings.resume_override,
+            override=options.resume_override,
         ),
         data=components.DataPosition(),
         schedule=components.SchedulePosition(),
         guards=components.Guards(
-            guards.DivergenceGuard(settings.model.vocab_size),
-            guards.EarlyStopping() if settings.early_stopping else None,
+            guards.DivergenceGuard(config.model.vocab_size),
+            guards.EarlyStopping() if config.training.early_stopping else None,
         ),
         metrics=components.ValidationHistory(),
         model=model,
@@ -652,68 +578,72 @@ def _register(
 
 
 def _start(
-    settings: LoopSettings,
+    config: RunConfig,
+    options: RunOptions,
     train_data: SequenceSource,
     val_data: SequenceSource | None,
+    *,
     hooks: Hooks,
     device: torch.device,
-    *,
     world: distributed.World = distributed.SINGLE,
 ) -> _Run:
     """Seed, build model and optimizer, fix the validation set, register the state (from
     the checkpoint on a resume), write the manifest."""
-    if train_data.seq_len != settings.seq_len:
+    data, training, adamw = config.data, config.training, config.optimizer
+    if train_data.seq_len != data.seq_len:
         raise ValueError(
-            f"training data has seq_len {train_data.seq_len}, settings say {settings.seq_len}"
+            f"training data has seq_len {train_data.seq_len}, data.seq_len is {data.seq_len}"
         )
-    seed = _run_seed(settings)
+    seed = _run_seed(config)
     _seed_everything(seed)
-    distributed.check_strategy(settings.data_parallel)
-    model = build_model(settings.model, device=device, seed=seed)
-    if settings.data_parallel == "fsdp":
+    distributed.check_strategy(training.data_parallel)
+    model = build_model(config.model, device=device, seed=seed)
+    if training.data_parallel == "fsdp":
         # FSDP swaps the parameters for sharded ones: AdamW must be built over those (and
         # a resume re-shards the checkpoint's full state into them). DDP wraps below.
-        model = fsdp.wrap(model, world, device, mixed_precision=settings.mixed_precision)
+        model = fsdp.wrap(model, world, device, mixed_precision=training.mixed_precision)
     optimizer = optim.build_adamw(
         model,
-        lr=settings.lr,
-        betas=settings.betas,
-        eps=settings.eps,
-        weight_decay=settings.weight_decay,
+        lr=adamw.lr,
+        betas=(adamw.beta1, adamw.beta2),
+        eps=adamw.eps,
+        weight_decay=adamw.weight_decay,
     )
-    val_batches = _validation_batches(val_data, settings)
+    val_batches = _validation_batches(val_data, config)
     val_tokens = sum(loss.count_targets(t) for _, t in val_batches)
-    guards.check_validation_size(val_tokens, settings.early_stopping)
+    guards.check_validation_size(val_tokens, training.early_stopping)
     checkpointer = None
-    if settings.checkpoint_dir is not None:
+    if options.checkpoint:
         checkpointer = checkpointing.Checkpointer(
-            settings.checkpoint_dir, settings.save_interval, settings.keep_checkpoints
+            options.checkpoint_dir, training.save_interval, training.keep_checkpoints
         )
-    state = _register(settings, model, optimizer, world)
-    if settings.resume_from is not None:
-        checkpointing.resume(settings.resume_from, settings.checkpoint_dir, state, world)
+    state = _register(config, options, model, optimizer, world)
+    last_step = options.last_step(config)
+    if options.resume_from is not None:
+        checkpointing.resume(options.resume_from, options.checkpoint_dir, state, world)
     resumed_from = state.data.resumed_from
-    out_dir = settings.out_dir if world.is_main else None  # rank 0 alone writes
+    out_dir = options.out_dir if world.is_main else None  # rank 0 alone writes
     if resumed_from and out_dir is not None:
         # The steps after the checkpoint are taken again: their earlier lines (and a line
         # torn by a kill) leave metrics.jsonl first, so every step appears once.
-        metrics.rewind(Path(out_dir), resumed_from, max_steps=settings.max_steps)
+        metrics.rewind(Path(out_dir), resumed_from, max_steps=last_step)
     if out_dir is not None:
-        write_run_manifest(settings, Path(out_dir), seed=seed, device=device, world=world)
+        write_run_manifest(config, options, Path(out_dir), seed=seed, device=device, world=world)
     # DDP after the resume (every rank holds the checkpoint's weights), compile after DDP.
     forward = distributed.wrap_data_parallel(model, world, device)
-    writer = metrics.MetricsWriter(out_dir, settings.model, settings.seq_len, device)
+    writer = metrics.MetricsWriter(out_dir, config.model, data.seq_len, device)
     if checkpointer is not None:
         checkpointer.on_saved = writer.checkpoint  # runs.db lists the saved checkpoints
     return _Run(
-        settings=settings,
+        config=config,
+        last_step=last_step,
         train_data=train_data,
         val_batches=val_batches,
-        forward=torch.compile(forward) if settings.compile else forward,
+        forward=torch.compile(forward) if options.compile or training.compile else forward,
         state=state,
         device=device,
-        autocast=_autocast_dtype(settings, device),
-        orders=_EpochOrders(train_data.num_sequences, seed, settings.shuffle),
+        autocast=_autocast_dtype(config),
+        orders=_EpochOrders(train_data.num_sequences, seed),
         writer=writer,
         # val_losses is the METRICS part's own list: the result sees every evaluation.
         result=TrainResult(
@@ -731,35 +661,42 @@ def _start(
 
 
 def train(
-    settings: LoopSettings,
+    config: RunConfig,
     train_data: SequenceSource,
     val_data: SequenceSource | None,
     *,
+    options: RunOptions = RunOptions(),
     hooks: Hooks | None = None,
 ) -> TrainResult:
-    """Run ``settings.max_steps`` optimizer steps (or until early stopping).
+    """Run ``config``'s training.max_steps optimizer steps (or ``options.stop_after``, or
+    until early stopping).
 
+    ``options``: how this process runs it (options.py; the default writes nothing).
     ``hooks``: what the caller watches (hooks.py Hooks: on_start, step_batches,
     before_optimizer_step, after_step, evaluation); an object with only some of those
-    methods is adapted (as_hooks). Raises preflight.PreflightError before anything is
-    built or written when the model, tokenizer, shards or resumed checkpoint disagree on
-    the vocabulary (fresh start and resume alike); DataExhaustedError,
-    guards.NonFiniteError or guards.DivergenceError during the run; a run never ends
-    early without saying why (TrainResult.stop_reason, and training_state.json's status
-    and reason, written however the run ends).
+    methods is adapted (as_hooks). Raises before anything is built or written:
+    ValueError for a stop_after past training.max_steps, preflight.PreflightError when
+    the model, tokenizer, shards or resumed checkpoint disagree on the vocabulary (fresh
+    start and resume alike), trainer.config.load.ConfigError for a precision the device
+    cannot honour. DataExhaustedError, guards.NonFiniteError or guards.DivergenceError
+    during the run; a run never ends early without saying why (TrainResult.stop_reason,
+    and training_state.json's status and reason, written however the run ends).
     """
-    preflight.check_run(settings, train_data, val_data)  # milliseconds; before the model
-    device = _resolve_device(settings.device)
-    checkpoints = settings.checkpoint_dir is not None
-    signals = checkpointing.StopSignals() if checkpoints else contextlib.nullcontext()
+    options.last_step(config)  # a stop_after past the schedule: ValueError
+    preflight.check_run(config, options, train_data, val_data)  # milliseconds; before the model
+    device = _resolve_device(options.device)
+    check_device(config, device.type)  # fp16 anywhere, bf16 off CUDA: ConfigError
+    signals = checkpointing.StopSignals() if options.checkpoint else contextlib.nullcontext()
     # torchrun's process group (world size 1 and no group without torchrun's environment)
     with _deterministic(device), distributed.process_group(device) as world, signals as stop:
-        run = _start(settings, train_data, val_data, as_hooks(hooks), device, world=world)
+        run = _start(
+            config, options, train_data, val_data, hooks=as_hooks(hooks), device=device, world=world
+        )
         run.stop = stop
         try:
             run.run()
         except BaseException as exc:
-            # NaN, divergence, exhausted data, Ctrl-C without a checkpoint dir, any bug:
+            # NaN, divergence, exhausted data, Ctrl-C without checkpoints, any bug:
             # the run records that it aborted, and the exception goes on to the caller.
             run.record_end("aborted", f"{type(exc).__name__}: {exc}")
             raise

@@ -1,11 +1,12 @@
 """The run manifest: what a run was, written before its first step (run_manifest.json).
 
-Seed, the resolved config, versions (Python, torch, CUDA, this package, numpy), the git
-commit and whether the tree was dirty, the sha256 of the data set's manifest.json, the
-host, the device, the data-parallel world size and backend (None: a single process),
-and the force_token_budget override when it was used - enough to tell two runs apart and
-to rerun one. ``run_id`` and ``run_started``: the run's id and first start
-(trainer/store/identity.py), the same across resumes.
+Seed, the resolved config (plus its ``apply`` block: this process's RunOptions), versions
+(Python, torch, CUDA, this package, numpy), the git commit and whether the tree was
+dirty, the sha256 of the data set's manifest.json, the host, the device, the data-parallel
+world size and backend (None: a single process), and the force_token_budget override when
+it was used - enough to tell two runs apart and to rerun one. ``run_id`` and
+``run_started``: the run's id and first start (trainer/store/identity.py), the same across
+resumes.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ import torch
 
 from gates.files import sha256_file
 from trainer import __version__
+from trainer.config.load import RunConfig
 from trainer.runfiles.json_file import atomic_write_json
 from trainer.runfiles.names import RunDir
 from trainer.store.identity import launch_identity
+from trainer.train.options import RunOptions
 
 
 def _git(args: list[str], cwd: Path) -> str | None:
@@ -56,14 +59,25 @@ def versions() -> dict[str, Any]:
     }
 
 
+def resolved_config(config: RunConfig, options: RunOptions) -> dict[str, Any]:
+    """run_manifest.json's ``config``: the run config as resolved (every default filled),
+    plus the ``apply`` block of how this process ran it (RunOptions.record)."""
+    return config.to_json() | {"apply": options.record(config)}
+
+
 def run_manifest(
-    settings: Any, *, seed: int, device: torch.device, world: Any = None
+    config: RunConfig,
+    options: RunOptions,
+    *,
+    seed: int,
+    device: torch.device,
+    world: Any = None,
 ) -> dict[str, Any]:
-    data_manifest = settings.data_manifest
+    data_manifest = config.data.manifest
     manifest: dict[str, Any] = {
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "seed": seed,
-        "config": settings.resolved_config,
+        "config": resolved_config(config, options),
         "versions": versions(),
         "git": git_state(),
         "data_manifest": None if data_manifest is None else str(data_manifest),
@@ -74,20 +88,26 @@ def run_manifest(
         "backend": None if world is None else world.backend,
         "argv": sys.argv,
     }
-    if settings.force_token_budget:
+    if config.training.force_token_budget:
         manifest["force_token_budget"] = True  # the C-TRAINCFG-001 token budget was overridden
     return manifest
 
 
 def write_run_manifest(
-    settings: Any, out_dir: Path, *, seed: int, device: torch.device, world: Any = None
+    config: RunConfig,
+    options: RunOptions,
+    out_dir: Path,
+    *,
+    seed: int,
+    device: torch.device,
+    world: Any = None,
 ) -> Path:
     """``world``: a trainer.train.distributed.World (None: one process)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = RunDir(out_dir).manifest
-    manifest = run_manifest(settings, seed=seed, device=device, world=world)
+    manifest = run_manifest(config, options, seed=seed, device=device, world=world)
     # The run id and first start: minted by a new run, carried over by a resume.
-    previous = path if settings.resume_from is not None else None
+    previous = path if options.resume_from is not None else None
     manifest |= launch_identity(previous, created=manifest["created"])
     atomic_write_json(path, manifest)
     return path

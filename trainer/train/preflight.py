@@ -1,12 +1,12 @@
 """The vocabulary preflight: a run whose model, tokenizer, shards or checkpoint disagree on
 the vocabulary is refused before anything is built, trained or written.
 
-    preflight.check_run(settings, train_data, val_data)   # PreflightError, or the sizes seen
+    preflight.check_run(config, options, train_data, val_data)   # PreflightError, or sizes
 
 Contract C-LLAMA-370M-SOVEREIGN, INV-ARCH-370M-006 (FALSIFY-ARCH-370M-011): the model's
 vocab_size must equal every vocabulary the run touches -
 
-- the tokenizer the run names (``settings.tokenizer_dir``: its tokenizer.json entries,
+- the tokenizer the run names (``data.tokenizer``: its tokenizer.json entries,
   trainer/model/vocab.py tokenizer_vocab_size), which is also the one the checkpoints
   name for export;
 - the vocabulary each token-shard data source was encoded with (its manifest.json), and
@@ -21,7 +21,8 @@ and maybe checkpoints. A resume is checked exactly like a fresh start - the toke
 data may have changed since the checkpoint was written. Sizes are compared with
 trainer/model/vocab.py check_vocab_agreement, the one definition of "agree"; nothing is
 ever padded or truncated. Sources without a manifest (in-memory tensors) carry no
-vocabulary to compare.
+vocabulary to compare, and a config built in code over them names no tokenizer
+(trainer/config/load.py IN_CODE_ONLY); a loaded config always names one, and it is checked.
 
 loop.train calls ``preflight.check_run`` through this module (looked up at call time), so
 tests/mutants/preflight.py can move or skip it.
@@ -33,16 +34,15 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gates.files import sha256_file
 from trainer.checkpoint.layout import MANIFEST_FILE
+from trainer.config.load import RunConfig
 from trainer.data.manifest import Manifest
 from trainer.model.vocab import VocabMismatchError, check_vocab_agreement, tokenizer_vocab_size
 from trainer.tokenizer.model import TokenizerFileError
-
-if TYPE_CHECKING:
-    from trainer.train.loop import LoopSettings
+from trainer.train.options import RunOptions
 
 
 class PreflightError(ValueError):
@@ -61,10 +61,10 @@ def _tokenizer_file(path: Path) -> Path:
     return path / "tokenizer.json" if path.is_dir() else path
 
 
-def _tokenizer(settings: LoopSettings) -> Vocabulary | None:
-    if settings.tokenizer_dir is None:
+def _tokenizer(config: RunConfig) -> Vocabulary | None:
+    if config.data.tokenizer is None:
         return None
-    file = _tokenizer_file(Path(settings.tokenizer_dir))
+    file = _tokenizer_file(Path(config.data.tokenizer))
     try:
         size = tokenizer_vocab_size(file)
     except TokenizerFileError as exc:  # a named tokenizer that cannot be read is no pass
@@ -85,11 +85,11 @@ def _manifests(sources: Iterable[Any]) -> list[Manifest]:
     return list(found.values())
 
 
-def _checkpoint(settings: LoopSettings) -> Vocabulary | None:
+def _checkpoint(options: RunOptions) -> Vocabulary | None:
     """The vocab_size the manifest of a resume's named checkpoint records. ``latest`` and
     unreadable manifests are the checkpoint loader's: it verifies the architecture of
     every candidate before reading a byte of it and refuses or skips, saying why."""
-    spec = settings.resume_from
+    spec = options.resume_from
     if spec is None or str(spec) == "latest":
         return None
     path = Path(spec) / MANIFEST_FILE
@@ -102,9 +102,11 @@ def _checkpoint(settings: LoopSettings) -> Vocabulary | None:
     return Vocabulary(size, f"checkpoint {path} (its architecture)")
 
 
-def vocabularies(settings: LoopSettings, sources: Iterable[Any]) -> list[Vocabulary]:
+def vocabularies(
+    config: RunConfig, options: RunOptions, sources: Iterable[Any]
+) -> list[Vocabulary]:
     """Every vocabulary the run touches, besides the model's own."""
-    tokenizer, checkpoint = _tokenizer(settings), _checkpoint(settings)
+    tokenizer, checkpoint = _tokenizer(config), _checkpoint(options)
     found = [] if tokenizer is None else [tokenizer]
     found += [
         Vocabulary(m.vocab_size, f"shards {m.path} (the vocabulary they were encoded with)")
@@ -146,12 +148,12 @@ def _check_sizes(model_vocab: int, found: list[Vocabulary]) -> None:
     )
 
 
-def _check_tokenizer_encoded_the_shards(settings: LoopSettings, manifests: list[Manifest]) -> None:
+def _check_tokenizer_encoded_the_shards(config: RunConfig, manifests: list[Manifest]) -> None:
     """The run's tokenizer must be the one its shards were encoded with, byte for byte:
     two tokenizers of one size still give the same ids different meanings."""
-    if settings.tokenizer_dir is None:
+    if config.data.tokenizer is None:
         return
-    file = _tokenizer_file(Path(settings.tokenizer_dir))
+    file = _tokenizer_file(Path(config.data.tokenizer))
     actual = sha256_file(file)
     for manifest in manifests:
         encoded_with = manifest.data["tokenizer"]["sha256"]
@@ -164,13 +166,13 @@ def _check_tokenizer_encoded_the_shards(settings: LoopSettings, manifests: list[
             )
 
 
-def check_run(settings: LoopSettings, *sources: Any) -> list[Vocabulary]:
+def check_run(config: RunConfig, options: RunOptions, *sources: Any) -> list[Vocabulary]:
     """Refuse (PreflightError) a run whose vocabularies disagree; returns those checked.
 
     ``sources``: the run's data sources (None allowed); reads only small JSON files and
     hashes tokenizer.json, so it costs milliseconds whatever the model's size."""
     given = [s for s in sources if s is not None]
-    found = vocabularies(settings, given)
-    _check_sizes(settings.model.vocab_size, found)
-    _check_tokenizer_encoded_the_shards(settings, _manifests(given))
+    found = vocabularies(config, options, given)
+    _check_sizes(config.model.vocab_size, found)
+    _check_tokenizer_encoded_the_shards(config, _manifests(given))
     return found

@@ -4,7 +4,7 @@ The loop asks for sequences by index (trainer/train/steps.py hands out index ran
 a data source is anything with a length and a ``batch(indices)`` method:
 
     source = ShardSequences("runs/demo/data", "train", seq_len=128)
-    order = epoch_order(source.num_sequences, seed=1234, epoch=0, shuffle=True)
+    order = epoch_order(source.num_sequences, seed=1234, epoch=0)
     inputs, targets = source.batch([int(order[i]) for i in range(8)])   # int64 [8, 128]
 
 Rules:
@@ -13,8 +13,8 @@ Rules:
   The tail that cannot fill a window is dropped. Only the split's own shards are opened:
   a train source cannot read a validation document.
 - The order of epoch ``e`` is a permutation drawn from a torch.Generator seeded with
-  ``(seed, e)`` - the same on every machine, process and PYTHONHASHSEED - or ``0..N-1``
-  when shuffling is off. Never an unseeded generator, never the iteration order of a set.
+  ``(seed, e)`` - the same on every machine, process and PYTHONHASHSEED. Never an
+  unseeded generator, never the iteration order of a set.
 - A position in the data is (epoch, step): the order is a pure function of (seed, epoch),
   so a later checkpoint can restore the stream from those two numbers alone.
 """
@@ -62,11 +62,10 @@ def _shuffled(num_sequences: int, seed: int, epoch: int) -> Tensor:
     return torch.randperm(num_sequences, generator=generator)
 
 
-def epoch_order(num_sequences: int, *, seed: int, epoch: int, shuffle: bool) -> Tensor:
-    """The sequence indices of epoch ``epoch`` in the order training visits them (int64)."""
-    if shuffle:
-        return _shuffled(num_sequences, seed, epoch)
-    return torch.arange(num_sequences)
+def epoch_order(num_sequences: int, *, seed: int, epoch: int) -> Tensor:
+    """The sequence indices of epoch ``epoch`` in the order training visits them (int64):
+    a permutation drawn from (seed, epoch), in every epoch."""
+    return _shuffled(num_sequences, seed, epoch)
 
 
 def _split_stream(manifest: Manifest, split: str) -> np.ndarray:

@@ -10,8 +10,7 @@ Rules, written out once:
 1. An epoch is the positions ``0 .. N-1`` of the training sequences, cut into global
    batches of ``micro_batch * grad_accum * world_size`` consecutive positions. One global
    batch is one optimizer step. (The loop reads position ``i`` of epoch ``e`` as sequence
-   ``epoch_order(N, seed=seed, epoch=e, shuffle=...)[i]`` of trainer/train/sequences.py:
-   ``i`` itself when shuffling is off.)
+   ``epoch_order(N, seed=seed, epoch=e)[i]`` of trainer/train/sequences.py.)
 2. The last partial global batch of every epoch is dropped (never carried into the next
    epoch), so every epoch has the same steps.
 3. The run stops the moment ``max_steps`` steps have been taken, mid-epoch if need be.

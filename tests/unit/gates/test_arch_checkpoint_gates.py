@@ -27,11 +27,13 @@ from torch import Tensor
 
 from tests.measurements import arch_checkpoint_gates as gate
 from trainer.cli import main as trainer_main
+from trainer.config.load import config_from_values
 from trainer.model.config import LlamaConfig, preset
 from trainer.model.llama import build_model
 from trainer.model.params import parameter_shapes
 from trainer.train import loss
-from trainer.train.loop import LoopSettings, train
+from trainer.train.loop import train
+from trainer.train.options import RunOptions
 
 ROOT = Path(__file__).resolve().parents[3]
 SEQ_LEN = 8
@@ -91,25 +93,27 @@ def loop_checkpoint(tmp_path_factory) -> Path:
     """step-00000002 of a 2-step loop run of the tiny model (micro_batch 1, seed 0)."""
     run_dir = tmp_path_factory.mktemp("run")
     cfg = _tiny()
-    settings = LoopSettings(
-        model=cfg,
-        seed=0,
-        micro_batch=1,
-        grad_accum=1,
-        seq_len=SEQ_LEN,
-        max_steps=2,
-        warmup_steps=0,
-        lr=3e-4,
-        min_lr=3e-5,
-        checkpoint_dir=run_dir,
+    config = config_from_values(
+        cfg,
+        data={"micro_batch": 1, "seq_len": SEQ_LEN},
+        optimizer={"lr": 3e-4, "min_lr": 3e-5},
+        training={
+            "seed": 0,
+            "gradient_accumulation": 1,
+            "epochs": 1,
+            "max_steps": 2,
+            "warmup_steps": 0,
+        },
     )
+    options = RunOptions(out_dir=run_dir, checkpoint=True)
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        assert train(settings, _Rows(2, cfg.vocab_size), None).checkpoints == [2]
+        result = train(config, _Rows(2, cfg.vocab_size), None, options=options)
+        assert result.checkpoints == [2]
     finally:
         torch.set_num_threads(before)
-    return run_dir / "step-00000002"
+    return run_dir / "checkpoints" / "step-00000002"
 
 
 @pytest.fixture

@@ -1,15 +1,21 @@
 """gates/files.py: an atomic write leaves the old bytes or the new ones and no temp file, is
 durable (the temp file fsynced before the rename, the directory after it), never collides
 with another writer's temp file, and sha256_file equals hashlib's digest of the whole file.
+read_regular reads only regular files, at most its limit plus one byte, and names anything
+else (a FIFO, a device, a socket, a symlink loop, a dangling symlink).
 
 Run: .venv/bin/pytest tests/unit/gates/test_files.py
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import signal
+import socket
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -172,3 +178,93 @@ def test_sha256_file_raises_what_the_read_raises(tmp_path):
         files.sha256_file(tmp_path)
     with pytest.raises(FileNotFoundError):
         files.sha256_file(tmp_path / "missing")
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Raise TimeoutError in the test, not hang it, should a read block (a FIFO's open)."""
+
+    def expire(signum, frame) -> None:
+        raise TimeoutError(f"still blocked after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _socket(path: Path) -> None:
+    here = Path.cwd()
+    os.chdir(path.parent)  # sun_path holds 108 bytes; a pytest tmp path may not fit
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(path.name)
+    finally:
+        os.chdir(here)
+
+
+SPECIAL = {
+    "fifo": (_fifo, "a FIFO (named pipe)"),
+    "dev-zero": (lambda p: p.symlink_to("/dev/zero"), "a character device"),
+    "socket": (_socket, "a socket"),
+    "symlink-loop": (lambda p: p.symlink_to(p.name), "a symlink loop"),
+    "dangling-symlink": (lambda p: p.symlink_to("gone"), "a dangling symlink (to gone)"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+def test_read_regular_names_what_a_special_path_is_and_reads_nothing(tmp_path, kind):
+    make, words = SPECIAL[kind]
+    path = tmp_path / "contract.yaml"
+    make(path)
+    with deadline(10), pytest.raises(files.NotRegularFileError) as err:
+        files.read_regular(path, 1024)
+    assert err.value.strerror == f"{words}, not a regular file"
+    assert err.value.filename == str(path)
+    with deadline(10), pytest.raises(files.NotRegularFileError):
+        files.sha256_file(path)  # hashing an artifact follows the same rule
+
+
+def test_read_regular_reads_at_most_its_limit_plus_one_byte(tmp_path, monkeypatch):
+    path = tmp_path / "big.yaml"
+    path.write_bytes(b"x" * (1 << 20))
+    asked = []
+    real_read = os.read
+
+    def read(fd: int, n: int) -> bytes:
+        asked.append(n)
+        return real_read(fd, n)
+
+    monkeypatch.setattr(os, "read", read)
+    with pytest.raises(files.FileTooLargeError) as err:
+        files.read_regular(path, 1000)
+    assert sum(asked) == 1001
+    assert (err.value.size, err.value.limit) == (1 << 20, 1000)
+    assert files.read_regular(path, 1 << 20) == b"x" * (1 << 20)  # exactly the limit is fine
+
+
+def test_read_regular_raises_what_open_raises_for_a_directory_or_nothing(tmp_path):
+    with pytest.raises(IsADirectoryError):
+        files.read_regular(tmp_path, 1024)
+    with pytest.raises(FileNotFoundError):
+        files.read_regular(tmp_path / "missing.yaml", 1024)
+    (tmp_path / "link.yaml").symlink_to("real.yaml")
+    (tmp_path / "real.yaml").write_bytes(b"a: 1\n")
+    assert files.read_regular(tmp_path / "link.yaml", 1024) == b"a: 1\n"  # a symlink is followed
+
+
+def test_write_new_never_replaces_an_existing_file(tmp_path):
+    path = tmp_path / ".contract.yaml.abcd.tmp"
+    path.write_bytes(b"someone else's")
+    with pytest.raises(FileExistsError):
+        files.write_new(path, b"ours", like=tmp_path / "contract.yaml")
+    assert path.read_bytes() == b"someone else's"
+    files.write_new(tmp_path / "fresh.tmp", b"ours", like=tmp_path / "contract.yaml")
+    assert (tmp_path / "fresh.tmp").read_bytes() == b"ours"

@@ -6,21 +6,28 @@ hidden-16 model say nothing about the loop's overhead, only that the benchmark r
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 
 import pytest
 
 from tests.unit.trainer.loop_support import (
+    loop_config,
     one_thread,  # noqa: F401 - autouse fixture
-    settings,
 )
 from tools import bench_loop
+from trainer.config.load import with_values
 
 
 def _microscopic(warmup: int, steps: int):
-    return settings(max_steps=warmup + steps, grad_accum=1, micro_batch=2, seq_len=8)
+    return loop_config(
+        {
+            "training.max_steps": warmup + steps,
+            "training.gradient_accumulation": 1,
+            "data.micro_batch": 2,
+            "data.seq_len": 8,
+        }
+    )
 
 
 def _positive_finite(value: object) -> bool:
@@ -62,14 +69,14 @@ def test_bench_loop_core_reports_real_numbers(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("overrides", "warmup", "steps", "message"),
+    ("values", "warmup", "steps", "message"),
     [
-        ({"grad_accum": 2}, 1, 2, "grad_accum is 2"),
-        ({}, 1, 1, "max_steps 3 != warmup 1 \\+ steps 1"),
+        ({"training.gradient_accumulation": 2}, 1, 2, "gradient_accumulation is 2"),
+        ({}, 2, 2, "warmup 2 \\+ steps 2 = 4 is past the config's training.max_steps 3"),
         ({}, 0, 3, "warmup must be >= 1"),
     ],
 )
-def test_bench_loop_refuses_a_workload_it_cannot_compare(overrides, warmup, steps, message):
-    base = dataclasses.replace(_microscopic(1, 2), **overrides)
+def test_bench_loop_refuses_a_workload_it_cannot_compare(values, warmup, steps, message):
+    base = with_values(_microscopic(1, 2), values)
     with pytest.raises(ValueError, match=message):
         bench_loop.run_benchmark(base, warmup=warmup, steps=steps, repeats=1, threads=1)

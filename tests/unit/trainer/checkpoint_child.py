@@ -2,9 +2,9 @@
 
     python -m tests.unit.trainer.checkpoint_child SPEC.json OUT_DIR
 
-SPEC: {"max_steps", "schedule_steps", "save_interval", "checkpoint_dir", "resume"}.
+SPEC: {"max_steps", "save_interval", "run_dir", "resume", "epochs"} (resume_support._Spec).
 Applies $SHIPGATE_MUTANT as the pytest plugin does, so a mutant under audit reaches the
-resumed run too; trains with resume_support.run_settings and writes OUT_DIR/result.json
+resumed run too; trains with resume_support.run_spec and writes OUT_DIR/result.json
 (steps and losses as exact hex floats) and OUT_DIR/final.safetensors (weights and every
 AdamW state tensor by parameter name).
 """

@@ -8,12 +8,14 @@ Applies $SHIPGATE_MUTANT as the pytest plugin does (so a mutant under audit reac
 rank), then trains the tiny model of loop_support on padded sequences whose non-padding
 counts differ from row to row (so ranks hold unequal token counts), and rank 0 writes
 OUT/result.json (per-step losses and grad norms as exact hex floats, the checkpoint steps)
-and OUT/weights.safetensors (the final weights). SPEC holds the LoopSettings overrides
-(micro_batch, max_steps, data_parallel, resume_from, ...) and optionally "checkpoints":
-true and "resume": true (checkpoints in OUT/checkpoints; resume from its latest), and
-"alerts_by_rank": {RANK: [{"when": ..., "action": ...}, ...]} (monitoring.alerts rules
-per rank: a test can make one rank's rule fire alone). result.json also holds the stop
-reason, the steps run and the stop alert (index, step, value, rank).
+and OUT/weights.safetensors (the final weights). SPEC holds run-config values by dotted
+key ("data.micro_batch", "training.max_steps", "training.data_parallel", ...: loop_support's
+loop_config) and optionally "checkpoints": true (OUT is the run directory, checkpoints in
+OUT/checkpoints), "stop_after": N, "resume": true (from OUT's latest) or "resume_from":
+PATH (RunOptions), and "alerts_by_rank": {RANK: [{"when": ..., "action": ...}, ...]}
+(monitoring.alerts rules per rank: a test can make one rank's rule fire alone).
+result.json also holds the stop reason, the steps run and the stop alert (index, step,
+value, rank).
 
 SPEC {"runs": {NAME: SPEC, ...}} takes several runs one after the other, each into
 OUT/NAME, in one process group that outlives them (one torchrun launch, not one each).
@@ -50,26 +52,25 @@ def run(spec: dict, out: Path) -> None:
     import torch  # noqa: PLC0415
     from safetensors.torch import save_file  # noqa: PLC0415
 
-    from tests.unit.trainer.loop_support import TensorSequences, settings  # noqa: PLC0415
+    from tests.unit.trainer.loop_support import TensorSequences, loop_config  # noqa: PLC0415
     from trainer.train.loop import train  # noqa: PLC0415
+    from trainer.train.options import RunOptions  # noqa: PLC0415
 
     torch.set_num_threads(1)
-    spec = dict(spec)
-    checkpoints = spec.pop("checkpoints", False)
-    resume = spec.pop("resume", False)
-    by_rank = spec.pop("alerts_by_rank", {})
+    values = {"training.epochs": 100} | spec  # what is not popped below: run-config keys
+    checkpoints = values.pop("checkpoints", False)
+    resume_from = values.pop("resume_from", "latest" if values.pop("resume", False) else None)
+    options = RunOptions(
+        out_dir=out if checkpoints else None,
+        checkpoint=checkpoints,
+        stop_after=values.pop("stop_after", None),
+        resume_from=resume_from,
+    )
+    by_rank = values.pop("alerts_by_rank", {})
+    if by_rank:  # YAML-shaped rule mappings, parsed as a config file's are
+        values["monitoring.alerts"] = by_rank.get(os.environ.get("RANK", "0"), [])
     data = TensorSequences(padded_rows(64, 8, seed=5), pad_id=PAD)
-    overrides = dict(spec, epochs=100, shuffle=True)
-    if checkpoints:
-        overrides |= {"checkpoint_dir": out / "checkpoints", "out_dir": out}
-    if resume:
-        overrides["resume_from"] = "latest"
-    if by_rank:
-        from trainer.config.alerts import parse_rule  # noqa: PLC0415
-
-        mine = by_rank.get(os.environ.get("RANK", "0"), [])
-        overrides["alerts"] = tuple(parse_rule(entry) for entry in mine)
-    result = train(settings(**overrides), data, None)
+    result = train(loop_config(values), data, None, options=options)
     weights = _final_weights(result.model)  # every rank: gathering shards is a collective
     if os.environ.get("RANK", "0") != "0":
         return

@@ -23,13 +23,23 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def run() -> dict:
-    from tests.unit.trainer.loop_support import TensorSequences, random_rows, settings  # noqa: PLC0415
+    from tests.unit.trainer.loop_support import (  # noqa: PLC0415
+        TensorSequences,
+        loop_config,
+        random_rows,
+    )
     from trainer.train.loop import train  # noqa: PLC0415
 
     data = TensorSequences(random_rows(32, 8, seed=11))  # 16 steps per epoch
-    result = train(
-        settings(seed=1234, max_steps=30, epochs=2, grad_accum=1, shuffle=True), data, None
+    run = loop_config(
+        {
+            "training.seed": 1234,
+            "training.max_steps": 30,
+            "training.epochs": 2,
+            "training.gradient_accumulation": 1,
+        }
     )
+    result = train(run, data, None)
     weights = {k: v.contiguous() for k, v in result.model.state_dict().items()}
     return {
         "losses": [float(x).hex() for x in result.losses],

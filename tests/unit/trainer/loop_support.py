@@ -1,5 +1,5 @@
-"""Shared set-up for the training-loop tests: a tiny model, in-memory sequences, and
-hooks that record what the loop did without patching it."""
+"""Shared set-up for the training-loop tests: a tiny model, in-memory sequences, the run
+config of them (loop_config), and hooks that record what the loop did without patching it."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from torch import Tensor
 
+from trainer.config.load import RunConfig, config_from_values, with_values
 from trainer.data.encode import encode_corpus
 from trainer.model.config import LlamaConfig, preset
 from trainer.model.llama import build_model
@@ -21,7 +23,6 @@ from trainer.tokenizer.model import ByteLevelBPE
 from trainer.tokenizer.pretokenize import count_words
 from trainer.train import loss
 from trainer.train.hooks import Hooks
-from trainer.train.loop import LoopSettings
 
 VOCAB = 64
 
@@ -69,24 +70,25 @@ def random_rows(n: int, seq_len: int, seed: int, vocab_size: int = VOCAB) -> Ten
     return torch.randint(0, vocab_size, (n, seq_len + 1), generator=generator)
 
 
-def settings(**overrides) -> LoopSettings:
-    base = LoopSettings(
-        model=tiny_config(),
-        seed=1234,
-        micro_batch=2,
-        grad_accum=2,
-        seq_len=8,
-        epochs=3,
-        max_steps=12,
-        warmup_steps=1,
-        lr=1e-2,
-        min_lr=1e-3,
-        weight_decay=0.1,
-        grad_clip=1.0,
-        eval_interval=1000,
-        eval_max_tokens=131_072,
+def loop_config(values: dict[str, Any] | None = None) -> RunConfig:
+    """The tests' run, built in code over in-memory sequences (no shards, no tokenizer on
+    disk): the tiny model, 2 x 2 sequences of 8 tokens a step, 12 steps over 3 epochs;
+    ``values`` (dotted keys, trainer.config.load.with_values) replace any of it."""
+    base = config_from_values(
+        tiny_config(),
+        data={"micro_batch": 2, "seq_len": 8},
+        optimizer={"lr": 1e-2, "min_lr": 1e-3, "weight_decay": 0.1, "grad_clip": 1.0},
+        training={
+            "seed": 1234,
+            "gradient_accumulation": 2,
+            "epochs": 3,
+            "max_steps": 12,
+            "warmup_steps": 1,
+            "eval_interval": 1000,
+            "eval_tokens": 131_072,
+        },
     )
-    return dataclasses.replace(base, **overrides)
+    return with_values(base, values or {})
 
 
 class Recorder(Hooks):

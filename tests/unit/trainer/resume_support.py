@@ -12,24 +12,33 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from tests.unit.trainer.loop_support import TensorSequences, random_rows, settings
+from tests.unit.trainer.loop_support import TensorSequences, loop_config, random_rows
 from trainer.checkpoint.optimizer_state import optimizer_tensors
-from trainer.train.loop import LoopSettings, train
+from trainer.config.load import RunConfig
+from trainer.train.loop import train
+from trainer.train.options import RunOptions
 
 
-def run_settings(spec: dict) -> LoopSettings:
-    return settings(
-        seed=7,
-        micro_batch=2,
-        grad_accum=2,
-        epochs=spec.get("epochs", 2),
-        max_steps=spec["max_steps"],
-        schedule_steps=spec["schedule_steps"],
-        warmup_steps=2,
-        save_interval=spec.get("save_interval"),
-        checkpoint_dir=Path(spec["checkpoint_dir"]) if spec.get("checkpoint_dir") else None,
+def run_spec(spec: dict) -> tuple[RunConfig, RunOptions]:
+    """The run of ``spec`` (see _Spec) and how this process runs it: checkpoints into
+    ``run_dir``/checkpoints when it names one."""
+    values = {
+        "training.seed": 7,
+        "data.micro_batch": 2,
+        "training.gradient_accumulation": 2,
+        "training.epochs": spec.get("epochs", 2),
+        "training.max_steps": spec["max_steps"],
+        "training.warmup_steps": 2,
+    }
+    if spec.get("save_interval") is not None:
+        values["training.save_interval"] = spec["save_interval"]
+    run_dir = spec.get("run_dir")
+    options = RunOptions(
+        out_dir=Path(run_dir) if run_dir else None,
+        checkpoint=bool(run_dir),
         resume_from=spec.get("resume"),
     )
+    return loop_config(values), options
 
 
 def data() -> TensorSequences:
@@ -56,7 +65,8 @@ class RngConsumer:
 
 def run_and_record(spec: dict, out_dir: Path, hooks: object = None) -> dict:
     consumer = RngConsumer(hooks)
-    result = train(run_settings(spec), data(), None, hooks=consumer)
+    config, options = run_spec(spec)
+    result = train(config, data(), None, options=options, hooks=consumer)
     record = {
         "rng_draws": consumer.draws,
         "steps": [r["step"] for r in result.records],
@@ -80,11 +90,11 @@ def replace(spec: dict, **changes: object) -> dict:
 
 @dataclasses.dataclass
 class _Spec:
-    max_steps: int
-    schedule_steps: int
-    save_interval: int | None = None
-    checkpoint_dir: str | None = None
-    resume: str | None = None
+    max_steps: int  # training.max_steps: the run's steps and its LR schedule
+    save_interval: int | None = None  # None: the config default (past every run here)
+    run_dir: str | None = None  # the run directory (checkpoints/ in it); None: no files
+    resume: str | None = None  # RunOptions.resume_from
+    epochs: int = 2
 
 
 def tensors_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> list[str]:

@@ -8,10 +8,11 @@ import json
 import sqlite3
 from pathlib import Path
 
-from tests.unit.trainer.loop_support import TensorSequences, random_rows, settings
+from tests.unit.trainer.loop_support import TensorSequences, loop_config, random_rows
 from trainer.runfiles.json_file import atomic_write_json
 from trainer.runfiles.names import METRICS_FILE, TRAINING_STATE_FILE
 from trainer.train import loop
+from trainer.train.options import RunOptions
 
 RUN_ID = "0123456789abcdef0123456789abcdef"
 
@@ -105,19 +106,30 @@ def metrics_lines(run_dir: Path) -> list[dict]:
     return [json.loads(x) for x in (run_dir / METRICS_FILE).read_text().splitlines()]
 
 
-def tiny_train(out: Path, max_steps: int, *, hooks: object = None, **overrides: object):
-    """A real training run of the loop (tiny model, CPU, ~0.1 s a step), checkpoints every
-    2 steps, validation every 3, into ``out``."""
-    run = settings(
-        seed=7,
-        epochs=2,
-        max_steps=max_steps,
-        schedule_steps=8,
-        save_interval=2,
-        eval_interval=3,
-        out_dir=out,
-        checkpoint_dir=out / "checkpoints",
-        **overrides,
+def tiny_train(
+    out: Path,
+    stop_after: int,
+    *,
+    hooks: object = None,
+    keep_checkpoints: int = 2,
+    resume_from: str | Path | None = None,
+):
+    """A real training run of the loop (tiny model, CPU, ~0.1 s a step) into ``out``: an
+    8-step schedule stopped after ``stop_after``, checkpoints every 2 steps, validation
+    every 3."""
+    run = loop_config(
+        {
+            "training.seed": 7,
+            "training.epochs": 2,
+            "training.max_steps": 8,
+            "training.save_interval": 2,
+            "training.eval_interval": 3,
+            "training.keep_checkpoints": keep_checkpoints,
+        }
+    )
+    options = RunOptions(
+        out_dir=out, checkpoint=True, stop_after=stop_after, resume_from=resume_from
     )
     val = TensorSequences(random_rows(8, 8, seed=4))
-    return loop.train(run, TensorSequences(random_rows(32, 8, seed=3)), val, hooks=hooks)
+    train_data = TensorSequences(random_rows(32, 8, seed=3))
+    return loop.train(run, train_data, val, options=options, hooks=hooks)

@@ -61,11 +61,12 @@ def _stderr(out: Path) -> str:
 
 @pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_gives_the_uninterrupted_weights(tmp_path):
-    base = {"max_steps": STEPS, "schedule_steps": STEPS, "epochs": 80}
+    base = {"max_steps": STEPS, "epochs": 80}
     run_and_record(base, tmp_path / "straight")
     expected = load_file(str(tmp_path / "straight" / "final.safetensors"))
-    ckpt = tmp_path / "ckpt"
-    spec = base | {"save_interval": 1, "checkpoint_dir": str(ckpt)}
+    run = tmp_path / "run"
+    ckpt = run / "checkpoints"
+    spec = base | {"save_interval": 1, "run_dir": str(run)}
     delays = random.Random(2026)
     kills = 0
     progress: list[int] = []  # the newest valid checkpoint's step after each kill

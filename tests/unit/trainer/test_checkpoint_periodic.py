@@ -17,31 +17,36 @@ import signal
 import pytest
 import torch
 
-from tests.unit.trainer.loop_support import TensorSequences, one_thread, random_rows, settings  # noqa: F401
+from tests.unit.trainer.loop_support import TensorSequences, loop_config, one_thread, random_rows  # noqa: F401
 from trainer.checkpoint import save as save_module
 from trainer.checkpoint.layout import checkpoint_dirs, step_of
 from trainer.checkpoint.verify import inspect_checkpoint
 from trainer.train import guards, loop
+from trainer.train.options import RunOptions
+
+CONFIG = loop_config(
+    {
+        "training.seed": 5,
+        "training.epochs": 5,
+        "training.max_steps": 35,
+        "training.save_interval": 10,
+        "training.keep_checkpoints": 10,
+    }
+)
 
 
-def _settings(tmp, **overrides):
-    return settings(
-        seed=5,
-        epochs=5,
-        max_steps=35,
-        save_interval=10,
-        keep_checkpoints=10,
-        checkpoint_dir=tmp,
-        **overrides,
-    )
+def _train(run_dir, hooks=None, **options):
+    """The run into ``run_dir``, checkpoints in its checkpoints/."""
+    options = RunOptions(out_dir=run_dir, checkpoint=True, **options)
+    return loop.train(CONFIG, _data(), None, options=options, hooks=hooks)
 
 
 def _data():
     return TensorSequences(random_rows(32, 8, seed=4))  # 8 steps per epoch
 
 
-def _saved(directory):
-    return sorted(step_of(p) for p in checkpoint_dirs(directory))
+def _saved(run_dir):
+    return sorted(step_of(p) for p in checkpoint_dirs(run_dir / "checkpoints"))
 
 
 class _TermDuring:
@@ -60,16 +65,16 @@ class _TermDuring:
 def test_checkpoints_land_every_interval_at_the_end_and_after_sigterm_and_never_on_abort(
     tmp_path, monkeypatch
 ):
-    a = loop.train(_settings(tmp_path / "a"), _data(), None)
+    a = _train(tmp_path / "a")
     assert a.checkpoints == [10, 20, 30, 35] == _saved(tmp_path / "a")
-    assert all(inspect_checkpoint(p).valid for p in checkpoint_dirs(tmp_path / "a"))
+    assert all(inspect_checkpoint(p).valid for p in checkpoint_dirs(tmp_path / "a" / "checkpoints"))
 
     before = signal.getsignal(signal.SIGTERM)
-    b = loop.train(_settings(tmp_path / "b"), _data(), None, hooks=_TermDuring(23))
+    b = _train(tmp_path / "b", hooks=_TermDuring(23))
     assert (b.stop_reason, b.steps_run) == ("signal", 23)
     assert b.checkpoints == [10, 20, 23] == _saved(tmp_path / "b")
     assert signal.getsignal(signal.SIGTERM) is before, "the run left its SIGTERM handler"
-    resumed = loop.train(_settings(tmp_path / "b", resume_from="latest"), _data(), None)
+    resumed = _train(tmp_path / "b", resume_from="latest")
     assert resumed.resumed_from == 23 and resumed.steps_run == 35
     assert [r["step"] for r in resumed.records] == list(range(24, 36))
     assert resumed.losses == a.losses[23:], "the resumed losses differ from the straight run's"
@@ -88,9 +93,9 @@ def test_checkpoints_land_every_interval_at_the_end_and_after_sigterm_and_never_
 
     monkeypatch.setattr(loop.loss, "accumulate_gradients", nan_at_27)
     with pytest.raises(guards.NonFiniteError, match="step 27"):
-        loop.train(_settings(tmp_path / "c"), _data(), None)
+        _train(tmp_path / "c")
     assert _saved(tmp_path / "c") == [10, 20], "the aborted run left other checkpoints"
-    assert all(inspect_checkpoint(p).valid for p in checkpoint_dirs(tmp_path / "c"))
+    assert all(inspect_checkpoint(p).valid for p in checkpoint_dirs(tmp_path / "c" / "checkpoints"))
 
 
 def test_a_failed_save_is_loud_and_training_goes_on_with_the_previous_checkpoint_intact(
@@ -107,11 +112,12 @@ def test_a_failed_save_is_loud_and_training_goes_on_with_the_previous_checkpoint
         real(model, path)
 
     monkeypatch.setattr(save_module, "_write_model", disk_full_once)
-    result = loop.train(_settings(tmp_path), _data(), None)
+    result = _train(tmp_path)
     assert (result.steps_run, result.stop_reason) == (35, "max_steps")
     assert result.checkpoints == [10, 30, 35] == _saved(tmp_path)
     (err,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert "CHECKPOINT FAILED at step 20" in err and "No space left" in err, err
     assert "last good checkpoint is step 10" in err
-    assert not list(tmp_path.glob("*.tmp")), "the failed save left its staging directory"
-    assert all(inspect_checkpoint(p).valid for p in checkpoint_dirs(tmp_path))
+    checkpoints = tmp_path / "checkpoints"
+    assert not list(checkpoints.glob("*.tmp")), "the failed save left its staging directory"
+    assert all(inspect_checkpoint(p).valid for p in checkpoint_dirs(checkpoints))

@@ -55,7 +55,7 @@ class _Straight(tuple):
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory):
     out = tmp_path_factory.mktemp("straight")
-    record = run_and_record({"max_steps": N, "schedule_steps": N}, out)
+    record = run_and_record({"max_steps": N}, out)
     return _Straight((record, load_file(str(out / "final.safetensors"))))
 
 
@@ -86,15 +86,10 @@ def test_a_run_resumed_in_a_new_process_is_bitwise_the_run_that_never_stopped(
     save_interval = min(save_interval, k)  # at least one checkpoint before the kill
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        spec = {
-            "max_steps": N,
-            "schedule_steps": N,
-            "save_interval": save_interval,
-            "checkpoint_dir": str(tmp / "ckpt"),
-        }
+        spec = {"max_steps": N, "save_interval": save_interval, "run_dir": str(tmp / "run")}
         with pytest.raises(_Killed):
             run_and_record(spec, tmp / "killed", hooks=_KillAfter(k))
-        saved = [step_of(p) for p in checkpoint_dirs(tmp / "ckpt")]
+        saved = [step_of(p) for p in checkpoint_dirs(tmp / "run" / "checkpoints")]
         last = k // save_interval * save_interval
         assert saved[0] == last, f"checkpoints {saved}, expected the newest at step {last}"
         record = _resume_in_child(spec | {"resume": "latest"}, tmp / "resumed")

@@ -5,7 +5,6 @@ The grammar itself (trainer/config/alerts.py) is pinned case by case."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,7 @@ from trainer import cli
 from trainer.config.alerts import METRICS, AlertRule, AlertSyntaxError, parse_when
 from trainer.config.load import ConfigError, load_config
 from trainer.config.validate import validate
-from trainer.train.checkpointing import run_identity
-from trainer.train.loop import settings_from_config
+from trainer.train.checkpointing import identity_hash, run_identity
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "configs"
 
@@ -77,7 +75,6 @@ def test_good_rules_load_in_file_order_with_their_numbers(tmp_path):
         AlertRule("lr < -1", "lr", "<", -1.0, "warn", 0),
     )
     assert cfg.line_of("monitoring.alerts") == RULES_LINE
-    assert settings_from_config(cfg).alerts == cfg.monitoring.alerts
     assert cfg.to_json()["monitoring"]["alerts"][1]["after_step"] == 20  # in the run manifest
 
 
@@ -92,21 +89,15 @@ def test_no_alerts_is_an_empty_tuple_and_the_fixture_with_every_metric_is_valid(
 def test_alert_rules_do_not_change_the_config_hash_a_resume_checks(tmp_path):
     # A run stopped by an alert resumes with the rule adjusted, and checkpoints written
     # before monitoring.alerts existed keep their hash.
-    b = settings_from_config(
-        load_config(_config(tmp_path, "    - when: loss > 3\n      action: stop\n"))
-    )
+    b = load_config(_config(tmp_path, "    - when: loss > 3\n      action: stop\n"))
     (tmp_path / "run.yaml").write_text(BASE, encoding="utf-8")  # the same file, no rules
-    a = settings_from_config(load_config(tmp_path / "run.yaml"))
+    a = load_config(tmp_path / "run.yaml")
     assert run_identity(a)[0] == run_identity(b)[0]
-    resolved = dict(a.resolved_config)
+    resolved = a.to_json()
     resolved["monitoring"] = {"log_interval": 10}  # the config as written before the key
-    assert run_identity(a)[0] == run_identity(_with_resolved(a, resolved))[0]
+    assert run_identity(a)[0] == identity_hash(resolved)
     changed = dict(resolved, monitoring={"log_interval": 11})
-    assert run_identity(a)[0] != run_identity(_with_resolved(a, changed))[0], "hash is blind"
-
-
-def _with_resolved(settings, resolved):
-    return dataclasses.replace(settings, resolved_config=resolved)
+    assert run_identity(a)[0] != identity_hash(changed), "hash is blind"
 
 
 # ---------------------------------------------------------------- bad rules, file:line

@@ -1,8 +1,9 @@
 """Values a run cannot honour on its device (trainer/config/device.py) are refused before
 anything is written: fp16 everywhere (the loop runs no grad scaler), bf16 off CUDA. Cited
 at the YAML line of training.mixed_precision with code device-unsupported, by `trainer
-validate`, `trainer plan` and `trainer apply` (which leaves no output directory behind);
-and, the other side, fp32 on the CPU and bf16 on CUDA are not refused."""
+validate`, `trainer plan` and `trainer apply` (which leaves no output directory behind),
+and by the training loop itself for a config built in code, before it builds a model or
+writes a file; and, the other side, fp32 on the CPU and bf16 on CUDA are not refused."""
 
 from __future__ import annotations
 
@@ -11,12 +12,21 @@ from pathlib import Path
 
 import pytest
 
+from tests.tree import files_under
+from tests.unit.trainer.loop_support import (  # noqa: F401 - one_thread is a fixture
+    TensorSequences,
+    loop_config,
+    one_thread,
+    random_rows,
+)
 from trainer import cli
 from trainer.config.device import device_findings, run_device, unsupported_precision
-from trainer.config.load import load_config
+from trainer.config.load import ConfigError, load_config
 from trainer.config.validate import validate
 from trainer.plan.sections import config_section
+from trainer.train import loop
 from trainer.train.apply import ApplyError, ApplyOptions, apply_config
+from trainer.train.options import RunOptions
 
 CONFIG = """\
 model:
@@ -160,3 +170,35 @@ def test_apply_lets_fp32_on_the_cpu_past_the_config_check(tmp_path):
     with pytest.raises(ApplyError, match=r"^data "):
         apply_config(write_config(tmp_path, "fp32"), ApplyOptions(device="cpu"))
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- the loop's own check
+def _tiny_run(tmp_path, precision: str):
+    """loop.train of a config built in code (no `trainer validate` in front of it) into
+    tmp_path/run, checkpointing, on the CPU."""
+    config = loop_config({"training.mixed_precision": precision, "training.max_steps": 2})
+    data = TensorSequences(random_rows(16, 8, seed=1))
+    options = RunOptions(device="cpu", out_dir=tmp_path / "run", checkpoint=True)
+    return loop.train(config, data, None, options=options)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_the_loop_refuses_what_the_cpu_cannot_honour_with_nothing_built_or_written(
+    tmp_path, monkeypatch, precision
+):
+    built = []
+    monkeypatch.setattr(loop, "build_model", lambda cfg, **kw: built.append(cfg))
+    with pytest.raises(ConfigError) as refused:
+        _tiny_run(tmp_path, precision)
+    (finding,) = refused.value.findings
+    assert (finding.code, finding.field) == ("device-unsupported", "training.mixed_precision")
+    assert finding.path == "<config built in code>" and finding.line is None
+    assert precision in finding.render()
+    assert built == [], "the model was built before the refusal"
+    assert not (tmp_path / "run").exists(), files_under(tmp_path / "run")
+
+
+def test_the_loop_trains_fp32_on_the_cpu(tmp_path):
+    result = _tiny_run(tmp_path, "fp32")
+    assert (result.steps_run, result.checkpoints) == (2, [2])
+    assert (tmp_path / "run" / "run_manifest.json").is_file()

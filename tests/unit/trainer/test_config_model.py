@@ -1,7 +1,8 @@
 """The run-config model: the section dataclasses of trainer/config/load.py and
 trainer/config/schema.json agree on every key, its type (nullable included), its default
-(a required key has none on either side) and its enum values; and the loader fills
-omitted keys from the dataclasses.
+(a required key has none on either side) and its enum values; the loader fills omitted
+keys from the dataclasses; a config built in code (config_from_values, with_values) takes
+the same defaults and derived values, by the same key names.
 
 Each disagreement is reported by its dotted key, e.g.
 ``training.save_interval: default differs: schema.json 999, dataclass 1000``.
@@ -19,14 +20,19 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 import pytest
 
 from trainer.config.alerts import AlertRule
+from trainer.config.algebra import default_min_lr
 from trainer.config.load import (
+    IN_CODE_ONLY,
     DataConfig,
     MonitoringConfig,
     OptimizerConfig,
     TrainingConfig,
+    config_from_values,
     load_config,
     schema,
+    with_values,
 )
+from trainer.model.config import preset
 
 #: Dotted prefix -> the dataclass that models it; "[]" is each entry of a list.
 SECTIONS: dict[str, type] = {
@@ -48,6 +54,14 @@ DERIVED_DEFAULTS = {"optimizer.min_lr": "0.1 x optimizer.lr (algebra.default_min
 #: Schema enums the dataclass annotates as plain str (no Literal to compare with).
 UNTYPED_ENUMS = {
     "monitoring.alerts[].action": "AlertRule.action is str; parse_rule checks its value",
+}
+#: Required keys whose dataclass field also takes None: only a config built in code may
+#: hold it (load.IN_CODE_ONLY); a file must give a string (schema.json), and a loaded
+#: config always checks and hashes what it names.
+IN_CODE_NONE = {
+    "data.shards": "in-memory sources: no shard directory, no manifest to check or hash",
+    "data.tokenizer": "in-memory sources: no tokenizer on disk for the preflight to check",
+    "training.output_dir": "a run built in code writes where its RunOptions.out_dir says",
 }
 _JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
 _MISSING = dataclasses.MISSING
@@ -139,7 +153,8 @@ def agreement_problems(key: str) -> list[str]:
     prefix = key.rsplit(".", 1)[0]
     required = key.rsplit(".", 1)[1] in section_schema(prefix).get("required", ())
     problems = []
-    if schema_types(spec) != json_types(annotation):
+    written_as = json_types(annotation) - ({"null"} if key in IN_CODE_NONE else set())
+    if schema_types(spec) != written_as:
         problems.append(
             f"{key}: type differs: schema.json {sorted(schema_types(spec))}, dataclass "
             f"{annotation} (written as {sorted(json_types(annotation))})"
@@ -191,6 +206,11 @@ def test_schema_and_dataclass_agree_on_type_default_and_enum(key):
 def test_the_listed_exceptions_name_keys_that_exist():
     keys = set(schema_keys())
     assert set(DERIVED_DEFAULTS) <= keys and set(UNTYPED_ENUMS) <= keys
+    assert set(IN_CODE_NONE) == set(IN_CODE_ONLY) and set(IN_CODE_NONE) <= keys
+    for key in IN_CODE_NONE:  # so a file can never leave one out, nor write null
+        prefix, name = key.rsplit(".", 1)
+        assert name in section_schema(prefix)["required"], key
+        assert "null" not in schema_types(schema_keys()[key]), key
 
 
 #: The required keys only; JSON is YAML, so a dict written with json.dumps is a config.
@@ -228,3 +248,102 @@ def test_every_default_written_out_loads_to_the_same_config(tmp_path):
     a = load_config(write(tmp_path / "a.yaml", MINIMAL))
     b = load_config(write(tmp_path / "b.yaml", explicit))
     assert (a.optimizer, a.training, a.monitoring) == (b.optimizer, b.training, b.monitoring)
+
+
+# ---------------------------------------------------------------- configs built in code
+def _value(cfg, dotted: str):
+    section, name = dotted.split(".")
+    return getattr(getattr(cfg, section), name)
+
+
+def _in_code(**training):
+    return config_from_values(
+        preset("tiny"),
+        data={"micro_batch": 4, "seq_len": 128},
+        optimizer={"lr": 3.0e-4},
+        training={"epochs": 2, "max_steps": 100, "warmup_steps": 10, **training},
+    )
+
+
+def test_a_config_built_in_code_is_the_file_with_the_same_keys(tmp_path):
+    loaded = load_config(write(tmp_path / "run.yaml", MINIMAL))
+    built = config_from_values(
+        preset("tiny"),
+        data=MINIMAL["data"],
+        optimizer=MINIMAL["optimizer"],
+        training=MINIMAL["training"],
+        model_preset="tiny",
+    )
+    # Every default, the derived min_lr (0.1 x lr) and the Paths: only the file differs.
+    assert built.to_json() == loaded.to_json() | {"path": None}
+    assert built.optimizer.min_lr_given is False
+    assert built.optimizer.min_lr == default_min_lr(3.0e-4)
+
+
+def test_only_a_config_built_in_code_may_leave_its_files_none(tmp_path):
+    loaded = load_config(write(tmp_path / "run.yaml", MINIMAL))
+    assert all(_value(loaded, key) is not None for key in IN_CODE_ONLY)
+    built = _in_code()
+    assert all(_value(built, key) is None for key in IN_CODE_ONLY)
+    assert built.path is None and built.data.manifest is None
+    assert loaded.data.manifest == Path("data/manifest.json")
+
+
+def test_with_values_replaces_by_dotted_key_and_rebuilds_the_frozen_sections():
+    cfg = _in_code()
+    changed = with_values(
+        cfg,
+        {
+            "training.max_steps": 5,
+            "data.micro_batch": 2,
+            "data.shards": "some/data",
+            "model.vocab_size": 100,
+            "monitoring.alerts": [{"when": "loss > 9", "action": "stop"}],
+        },
+    )
+    assert (changed.training.max_steps, changed.data.micro_batch) == (5, 2)
+    assert changed.data.shards == Path("some/data"), "a path is a Path, as load_config makes it"
+    assert changed.model.vocab_size == 100 and changed.model.hidden_size == cfg.model.hidden_size
+    assert changed.monitoring.alerts[0].metric == "loss", "rules parsed as a file's are"
+    assert cfg.training.max_steps == 100, "the original is untouched"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        changed.training.max_steps = 6  # type: ignore[misc]
+    assert with_values(cfg, {}) == cfg
+
+
+def test_a_derived_min_lr_follows_lr_and_a_given_one_stays():
+    derived = with_values(_in_code(), {"optimizer.lr": 1.0e-2})
+    assert derived.optimizer.min_lr == default_min_lr(1.0e-2)
+    assert derived.optimizer.min_lr_given is False
+    given = with_values(_in_code(), {"optimizer.min_lr": 1.0e-6})
+    assert (given.optimizer.min_lr, given.optimizer.min_lr_given) == (1.0e-6, True)
+    assert with_values(given, {"optimizer.lr": 1.0e-2}).optimizer.min_lr == 1.0e-6
+
+
+@pytest.mark.parametrize(
+    ("values", "words"),
+    [
+        (
+            {"training.max_step": 5},
+            "training.max_step: no such run-config key (did you mean max_steps?)",
+        ),
+        ({"optimizer.min_lr_given": True}, "optimizer.min_lr_given: no such run-config key"),
+        ({"trainig.epochs": 1}, "trainig.epochs: no such run-config key"),
+        ({"model.hidden": 8}, "model.hidden: no such run-config key"),
+        ({"max_steps": 5}, "max_steps: no such run-config key"),
+    ],
+)
+def test_an_unknown_key_is_refused_naming_it(values, words):
+    with pytest.raises(ValueError) as refused:
+        with_values(_in_code(), values)
+    assert words in str(refused.value)
+
+
+def test_a_missing_required_key_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"missing run-config key\(s\): training.warmup_steps"):
+        config_from_values(
+            preset("tiny"),
+            data={"micro_batch": 4, "seq_len": 128},
+            optimizer={"lr": 3.0e-4},
+            training={"epochs": 2, "max_steps": 100},
+        )

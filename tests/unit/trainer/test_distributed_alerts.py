@@ -21,11 +21,11 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 def test_a_stop_alert_on_one_rank_stops_every_rank_after_that_step(tmp_path):
     spec = {
-        "micro_batch": 2,
-        "grad_accum": 2,
-        "max_steps": 12,
+        "data.micro_batch": 2,
+        "training.gradient_accumulation": 2,
+        "training.max_steps": 12,
+        "training.save_interval": 1000,
         "checkpoints": True,
-        "save_interval": 1000,
         "alerts_by_rank": {
             "0": [{"when": "loss > 1.0e9", "action": "stop"}],
             "1": [{"when": "loss > 0", "action": "stop", "after_step": 4}],

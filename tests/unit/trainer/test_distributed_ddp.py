@@ -29,8 +29,12 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 STEPS = 6
 # One global batch = 8 sequences: two ranks x micro-batch 2 x 2 accumulation steps, or
 # one process x micro-batch 4 x 2. The LR schedule is 6 steps long in every run.
-TWO_RANKS = {"micro_batch": 2, "grad_accum": 2, "max_steps": STEPS, "schedule_steps": STEPS}
-ONE_PROCESS = dict(TWO_RANKS, micro_batch=4)
+TWO_RANKS = {
+    "data.micro_batch": 2,
+    "training.gradient_accumulation": 2,
+    "training.max_steps": STEPS,
+}
+ONE_PROCESS = TWO_RANKS | {"data.micro_batch": 4}
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +50,7 @@ def _weights(out: Path) -> dict[str, torch.Tensor]:
 def test_the_ranks_of_a_step_hold_unequal_target_counts():
     """Precondition of the per-rank-mean mutant: step 1's two rank slices differ in count."""
     rows = padded_rows(64, 8, seed=5)
-    order = epoch_order(64, seed=1234, epoch=0, shuffle=True)
+    order = epoch_order(64, seed=1234, epoch=0)
     counts = []
     for rank in (0, 1):  # micro-step 0: sequences 0-1 rank 0, 2-3 rank 1; micro-step 1: 4-7
         picked = [int(order[i]) for i in (2 * rank, 2 * rank + 1, 4 + 2 * rank, 5 + 2 * rank)]
@@ -73,7 +77,7 @@ def test_two_ranks_equal_one_process_with_twice_the_micro_batch(two_rank_run, tm
 def test_two_rank_resume_is_bit_identical(two_rank_run, tmp_path):
     straight_out, straight = two_rank_run
     out = tmp_path / "stopped"
-    first = run_child(out, dict(TWO_RANKS, max_steps=3, checkpoints=True), nproc=2)
+    first = run_child(out, dict(TWO_RANKS, stop_after=3, checkpoints=True), nproc=2)
     assert first["checkpoints"] == [3]
     newest = checkpoint_dirs(out / "checkpoints")[0]
     state = json.loads((newest / "state.json").read_text())

@@ -40,15 +40,14 @@ STEPS, HALF = 6, 3
 # One global batch = 8 sequences: two ranks x micro-batch 2 x 2 accumulation steps, or one
 # process x micro-batch 4 x 2. Checkpoints after steps 3 and 6.
 TWO_RANKS = {
-    "micro_batch": 2,
-    "grad_accum": 2,
-    "max_steps": STEPS,
-    "schedule_steps": STEPS,
+    "data.micro_batch": 2,
+    "training.gradient_accumulation": 2,
+    "training.max_steps": STEPS,
+    "training.save_interval": HALF,
     "checkpoints": True,
-    "save_interval": HALF,
 }
-FSDP = dict(TWO_RANKS, data_parallel="fsdp")
-ONE_PROCESS = dict(TWO_RANKS, micro_batch=4)
+FSDP = TWO_RANKS | {"training.data_parallel": "fsdp"}
+ONE_PROCESS = TWO_RANKS | {"data.micro_batch": 4}
 
 
 def _half(out: Path, name: str) -> str:
@@ -62,7 +61,7 @@ def runs(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
         "runs": {
             "fsdp": FSDP,
             "resumed": dict(FSDP, resume_from=_half(out, "fsdp")),
-            "ddp": dict(TWO_RANKS, data_parallel="ddp"),
+            "ddp": TWO_RANKS | {"training.data_parallel": "ddp"},
             "ddp_then_fsdp": dict(FSDP, resume_from=_half(out, "ddp")),
         }
     }

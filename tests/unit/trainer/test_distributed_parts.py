@@ -15,7 +15,7 @@ from trainer.checkpoint import rng
 from trainer.checkpoint.layout import CheckpointError
 from trainer.checkpoint.state import state_from_json
 from trainer.train import commands, distributed
-from trainer.train.checkpointing import run_identity
+from trainer.train.checkpointing import identity_hash, run_identity
 
 
 class _ExecError(Exception):
@@ -120,14 +120,15 @@ def test_a_checkpoint_without_world_size_is_a_one_process_one():
 def test_the_strategy_is_no_part_of_a_runs_identity():
     """A ddp checkpoint resumes under fsdp and back (one file format), and configs
     written before training.data_parallel existed keep their config hash."""
-    from tests.unit.trainer.loop_support import settings  # noqa: PLC0415
+    from tests.unit.trainer.loop_support import loop_config  # noqa: PLC0415
 
     def with_training(**training):
-        return settings(resolved_config={"training": {"epochs": 1, **training}})
+        return identity_hash({"training": {"epochs": 1, **training}})
 
     ddp, fsdp = with_training(data_parallel="ddp"), with_training(data_parallel="fsdp")
-    assert run_identity(ddp) == run_identity(fsdp) == run_identity(with_training())
-    assert run_identity(ddp) != run_identity(with_training(epochs=2, data_parallel="ddp"))
-    assert run_identity(settings()) == run_identity(settings(data_parallel="fsdp"))
+    assert ddp == fsdp == with_training()
+    assert ddp != with_training(epochs=2, data_parallel="ddp")
+    fsdp_run = loop_config({"training.data_parallel": "fsdp"})
+    assert run_identity(loop_config()) == run_identity(fsdp_run)
     with pytest.raises(ValueError, match="data_parallel must be one of ddp, fsdp"):
         distributed.check_strategy("zero3")

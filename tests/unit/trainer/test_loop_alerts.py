@@ -17,9 +17,9 @@ import torch
 
 from tests.unit.trainer.loop_support import (  # noqa: F401 - one_thread is a fixture
     TensorSequences,
+    loop_config,
     one_thread,
     random_rows,
-    settings,
     tiny_config,
 )
 from trainer.checkpoint.layout import checkpoint_dirs, step_of
@@ -28,6 +28,7 @@ from trainer.config.alerts import METRICS, AlertRule, parse_rule
 from trainer.runfiles.names import TRAINING_STATE_FILE
 from trainer.runfiles.training_state import END_STATUSES
 from trainer.train import alerts, guards, loop, metrics
+from trainer.train.options import RunOptions
 
 
 def rule(when: str, action: str = "stop", after_step: int = 0) -> AlertRule:
@@ -110,8 +111,13 @@ def _data():
     return TensorSequences(random_rows(32, 8, seed=4))  # 8 steps per epoch
 
 
-def _settings(tmp_path, **overrides):
-    return settings(seed=5, epochs=5, max_steps=12, out_dir=tmp_path, **overrides)
+def _train(out, values=None, val=None, *, hooks=None, **options) -> loop.TrainResult:
+    """12 steps (``values`` replaced) into the run directory ``out``."""
+    config = loop_config(
+        {"training.seed": 5, "training.epochs": 5, "training.max_steps": 12} | (values or {})
+    )
+    options = RunOptions(out_dir=out, **options)
+    return loop.train(config, _data(), val, options=options, hooks=hooks)
 
 
 def _state(out) -> dict:
@@ -119,16 +125,14 @@ def _state(out) -> dict:
 
 
 def test_a_stop_rule_on_grad_norm_ends_the_run_after_the_first_breaching_step(tmp_path):
-    reference = loop.train(_settings(tmp_path / "ref"), _data(), None)
+    reference = _train(tmp_path / "ref")
     norms = reference.grad_norms
     # Threshold: step 2's norm exactly, from step 2 on; step 2 itself does not breach ">".
     first = next(s for s in range(3, 13) if norms[s - 1] > norms[1])
     r = rule(f"grad_norm > {norms[1]!r}", after_step=2)
     out = tmp_path / "run"
-    result = loop.train(
-        _settings(out, alerts=(r,), checkpoint_dir=out / "checkpoints", save_interval=1000),
-        _data(),
-        None,
+    result = _train(
+        out, {"monitoring.alerts": (r,), "training.save_interval": 1000}, checkpoint=True
     )
     assert (result.stop_reason, result.steps_run) == ("alert", first)
     assert result.losses == reference.losses[:first], "the alert changed the steps before it"
@@ -151,7 +155,7 @@ def test_a_warn_rule_reports_each_breach_and_the_run_goes_on(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="trainer")
     r = rule("val_loss > 0", action="warn")
     val = TensorSequences(random_rows(8, 8, seed=9))
-    result = loop.train(_settings(tmp_path, alerts=(r,), eval_interval=4), _data(), val)
+    result = _train(tmp_path, {"monitoring.alerts": (r,), "training.eval_interval": 4}, val)
     assert (result.stop_reason, result.steps_run, result.alert) == ("max_steps", 12, None)
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines if "alerts" in x] == [4, 8, 12]
@@ -165,7 +169,7 @@ def test_a_warn_rule_reports_each_breach_and_the_run_goes_on(tmp_path, caplog):
 
 # ---------------------------------------------------------------- end of run
 def test_a_run_to_max_steps_ends_finished(tmp_path):
-    loop.train(_settings(tmp_path), _data(), None)
+    _train(tmp_path)
     state = _state(tmp_path)
     assert (state["status"], state["reason"]) == ("finished", "step 12: max_steps 12 reached")
     assert state["last"]["step"] == 12 and state["max_steps"] == 12
@@ -175,7 +179,7 @@ def test_early_stopping_ends_early_stopping(tmp_path, monkeypatch):
     monkeypatch.setattr(guards, "check_validation_size", lambda tokens, early: None)
     monkeypatch.setattr(guards, "_should_stop", lambda *args: True)  # at the first evaluation
     val = TensorSequences(random_rows(8, 8, seed=9))
-    result = loop.train(_settings(tmp_path, early_stopping=True, eval_interval=3), _data(), val)
+    result = _train(tmp_path, {"training.early_stopping": True, "training.eval_interval": 3}, val)
     assert (result.stop_reason, result.steps_run) == ("early_stopping", 3)
     state = _state(tmp_path)
     assert state["status"] == "early_stopping" and "step 3: validation loss" in state["reason"]
@@ -188,9 +192,7 @@ def test_sigterm_ends_signal(tmp_path):
                 os.kill(os.getpid(), signal.SIGTERM)
 
     out = tmp_path / "run"
-    result = loop.train(
-        _settings(out, checkpoint_dir=out / "checkpoints"), _data(), None, hooks=TermAt5()
-    )
+    result = _train(out, checkpoint=True, hooks=TermAt5())
     assert (result.stop_reason, result.steps_run) == ("signal", 5)
     state = _state(out)
     assert (state["status"], state["reason"]) == ("signal", "SIGTERM: stopped after step 5")
@@ -218,7 +220,7 @@ def test_an_exception_ends_aborted_and_still_propagates(tmp_path, monkeypatch, e
 
         hooks, raised, words = Boom(), KeyError, "KeyError: 'boom'"
     with pytest.raises(raised):
-        loop.train(_settings(tmp_path), _data(), None, hooks=hooks)
+        _train(tmp_path, hooks=hooks)
     state = _state(tmp_path)
     assert state["status"] == "aborted" and state["reason"].startswith(words), state["reason"]
 
@@ -237,13 +239,7 @@ def test_finish_without_a_step_and_with_a_bad_status(tmp_path):
 
 def test_a_resume_drops_the_end_record_while_it_runs(tmp_path):
     out = tmp_path / "run"
-    stopped = loop.train(
-        _settings(
-            out, alerts=(rule("loss > 0", after_step=4),), checkpoint_dir=out / "checkpoints"
-        ),
-        _data(),
-        None,
-    )
+    stopped = _train(out, {"monitoring.alerts": (rule("loss > 0", after_step=4),)}, checkpoint=True)
     assert (stopped.steps_run, _state(out)["status"]) == (4, "alert")
     seen = {}
 
@@ -251,11 +247,6 @@ def test_a_resume_drops_the_end_record_while_it_runs(tmp_path):
         def after_step(self, step, record):
             seen.setdefault(step, json.loads((out / TRAINING_STATE_FILE).read_text()).get("status"))
 
-    loop.train(
-        _settings(out, checkpoint_dir=out / "checkpoints", resume_from="latest"),
-        _data(),
-        None,
-        hooks=Peek(),
-    )
+    _train(out, checkpoint=True, resume_from="latest", hooks=Peek())
     assert seen[5] is None, "a resumed run still says it ended"
     assert _state(out)["status"] == "finished"

@@ -21,8 +21,8 @@ import torch
 
 from tests.unit.trainer.loop_support import (
     Recorder,
+    loop_config,
     one_thread,  # noqa: F401 - autouse fixture
-    settings,
     tiny_config,
 )
 from trainer.data.encode import encode_corpus, val_key
@@ -152,12 +152,14 @@ def test_training_never_reads_a_validation_document_across_three_epochs(tmp_path
     train_data = ShardSequences(data_dir, "train", seq_len)
     val_data = ShardSequences(data_dir, "val", seq_len)
     steps_per_epoch = train_data.num_sequences // 4
-    run = settings(
-        model=tiny_config(vocab_size=manifest.vocab_size),
-        seq_len=seq_len,
-        epochs=3,
-        max_steps=3 * steps_per_epoch,
-        eval_interval=steps_per_epoch,
+    run = loop_config(
+        {
+            "model": tiny_config(vocab_size=manifest.vocab_size),
+            "data.seq_len": seq_len,
+            "training.epochs": 3,
+            "training.max_steps": 3 * steps_per_epoch,
+            "training.eval_interval": steps_per_epoch,
+        }
     )
     rec = Recorder()
     result = train(run, train_data, val_data, hooks=rec)

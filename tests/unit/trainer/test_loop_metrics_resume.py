@@ -14,29 +14,32 @@ import pytest
 
 from tests.unit.trainer.loop_support import (  # noqa: F401 - one_thread is a fixture
     TensorSequences,
+    loop_config,
     one_thread,
     random_rows,
-    settings,
 )
 from trainer.train import loop, metrics
+from trainer.train.options import RunOptions
 
 
 def _data() -> TensorSequences:
     return TensorSequences(random_rows(32, 8, seed=3))
 
 
-def _run(out: Path, max_steps: int, **overrides: object) -> loop.TrainResult:
-    run = settings(
-        seed=7,
-        epochs=2,
-        max_steps=max_steps,
-        schedule_steps=8,  # one schedule for every run: the resumed steps are comparable
-        save_interval=2,
-        out_dir=out,
-        checkpoint_dir=out / "checkpoints",
-        **overrides,
+def _run(out: Path, stop_after: int, resume_from: Path | None = None) -> loop.TrainResult:
+    # One 8-step schedule for every run, stopped early or not: the resumed steps compare.
+    run = loop_config(
+        {
+            "training.seed": 7,
+            "training.epochs": 2,
+            "training.max_steps": 8,
+            "training.save_interval": 2,
+        }
     )
-    return loop.train(run, _data(), None)
+    options = RunOptions(
+        out_dir=out, checkpoint=True, stop_after=stop_after, resume_from=resume_from
+    )
+    return loop.train(run, _data(), None, options=options)
 
 
 def _lines(out: Path) -> list[dict | str]:

@@ -14,7 +14,6 @@ to FALSIFY-ARCH-370M-011, holds the four cases, so the one node kills both mutan
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from pathlib import Path
 
@@ -26,12 +25,13 @@ from tests.unit.trainer.loop_support import (  # noqa: F401 - one_thread is a fi
     write_run_config,
 )
 from trainer import cli
-from trainer.config.load import load_config
+from trainer.config.load import load_config, with_values
 from trainer.data.encode import encode_corpus
 from trainer.data.manifest import MANIFEST_NAME
 from trainer.tokenizer.model import ByteLevelBPE
 from trainer.tokenizer.pretokenize import BYTE_TO_CHAR
 from trainer.train import loop, preflight
+from trainer.train.options import RunOptions
 from trainer.train.sequences import ShardSequences
 
 EOT = "<|endoftext|>"
@@ -127,13 +127,14 @@ def _refused_370m_run(entries, data_of, tmp_path, capsys, monkeypatch) -> None:
     config = write_370m_config(tmp_path / "run.yaml", shards, tokenizer, run)
     built = trip_the_model_builder(monkeypatch)
 
-    settings = dataclasses.replace(loop.settings_from_config(load_config(config)), device="cpu")
-    assert settings.model.vocab_size == VOCAB_370M
-    assert settings.checkpoint_dir == run / "checkpoints"
-    train_data = ShardSequences(shards, "train", settings.seq_len)
-    val_data = ShardSequences(shards, "val", settings.seq_len)
+    cfg = load_config(config)
+    assert cfg.model.vocab_size == VOCAB_370M
+    options = RunOptions(device="cpu", out_dir=cfg.training.output_dir, checkpoint=True)
+    assert options.checkpoint_dir == run / "checkpoints"
+    train_data = ShardSequences(shards, "train", cfg.data.seq_len)
+    val_data = ShardSequences(shards, "val", cfg.data.seq_len)
     with pytest.raises((preflight.PreflightError, _ModelBuilt)) as raised:
-        loop.train(settings, train_data, val_data)
+        loop.train(cfg, train_data, val_data, options=options)
     assert built == [], f"loop.train built the {VOCAB_370M}-entry model for {entries} tokens"
     assert raised.type is preflight.PreflightError
     message = str(raised.value)
@@ -220,9 +221,8 @@ def test_the_370m_run_with_its_own_50257_tokenizer_passes_the_preflight(data_of,
     # The control: a check that refuses everything is no check.
     shards, tokenizer = data_of(VOCAB_370M)
     config = load_config(write_370m_config(tmp_path / "run.yaml", shards, tokenizer, tmp_path))
-    settings = loop.settings_from_config(config)
-    train_data = ShardSequences(shards, "train", settings.seq_len)
-    checked = preflight.check_run(settings, train_data, None)
+    train_data = ShardSequences(shards, "train", config.data.seq_len)
+    checked = preflight.check_run(config, RunOptions(), train_data, None)
     assert sorted(v.size for v in checked) == [VOCAB_370M, VOCAB_370M]
     assert {v.source.split()[0] for v in checked} == {"tokenizer", "shards"}
 
@@ -236,9 +236,9 @@ def test_a_tokenizer_of_the_right_size_that_did_not_encode_the_shards_is_refused
     text = (other / "tokenizer.json").read_text(encoding="utf-8")
     (other / "tokenizer.json").write_text(text + "\n", encoding="utf-8")
     config = write_run_config(tmp_path / "run.yaml", shards, other, tmp_path / "o")
-    settings = loop.settings_from_config(load_config(config))
+    cfg = load_config(config)
     with pytest.raises(preflight.PreflightError) as refused:
-        preflight.check_run(settings, ShardSequences(shards, "train", settings.seq_len))
+        preflight.check_run(cfg, RunOptions(), ShardSequences(shards, "train", cfg.data.seq_len))
     message = str(refused.value)
     assert "is not the tokenizer the shards" in message and str(shards / MANIFEST_NAME) in message
 
@@ -246,10 +246,9 @@ def test_a_tokenizer_of_the_right_size_that_did_not_encode_the_shards_is_refused
 def test_a_named_tokenizer_that_is_missing_is_refused_naming_it(data_of, tmp_path):
     shards, tokenizer = data_of(512)
     config = write_run_config(tmp_path / "run.yaml", shards, tokenizer, tmp_path / "o")
-    settings = loop.settings_from_config(load_config(config))
-    settings = dataclasses.replace(settings, tokenizer_dir=tmp_path / "gone")
+    cfg = with_values(load_config(config), {"data.tokenizer": tmp_path / "gone"})
     with pytest.raises(preflight.PreflightError) as refused:
-        preflight.check_run(settings, None)
+        preflight.check_run(cfg, RunOptions(), None)
     message = str(refused.value)
     assert f"{tmp_path / 'gone'}: No such file" in message and "cannot be checked" in message
 
@@ -258,9 +257,9 @@ def test_every_disagreeing_vocabulary_is_named_in_one_refusal(data_of, tmp_path)
     shards, _ = data_of(50258)
     _, tokenizer = data_of(50256)
     config = write_370m_config(tmp_path / "run.yaml", shards, tokenizer, tmp_path / "out")
-    settings = loop.settings_from_config(load_config(config))
+    cfg = load_config(config)
     with pytest.raises(preflight.PreflightError) as refused:
-        preflight.check_run(settings, ShardSequences(shards, "train", settings.seq_len))
+        preflight.check_run(cfg, RunOptions(), ShardSequences(shards, "train", cfg.data.seq_len))
     message = str(refused.value)
     assert f"vocab_size {VOCAB_370M} != 50256 of tokenizer {tokenizer}" in message, message
     assert f"vocab_size {VOCAB_370M} != 50258 of shards {shards}" in message, message
@@ -273,13 +272,9 @@ def test_a_named_checkpoint_of_another_vocabulary_is_refused_by_the_preflight(da
     shards, tokenizer = data_of(513)
     config = write_run_config(tmp_path / "run.yaml", shards, tokenizer, tmp_path / "o")
     checkpoint = run / "checkpoints" / "step-00000004"
-    settings = dataclasses.replace(
-        loop.settings_from_config(load_config(config)),
-        checkpoint_dir=run / "checkpoints",
-        resume_from=checkpoint,
-        resume_override=True,
-    )
+    cfg = load_config(config)
+    options = RunOptions(out_dir=run, resume_from=checkpoint, resume_override=True)
     with pytest.raises(preflight.PreflightError) as refused:
-        preflight.check_run(settings, ShardSequences(shards, "train", settings.seq_len))
+        preflight.check_run(cfg, options, ShardSequences(shards, "train", cfg.data.seq_len))
     message = str(refused.value)
     assert f"vocab_size 513 != 512 of checkpoint {checkpoint / 'manifest.json'}" in message

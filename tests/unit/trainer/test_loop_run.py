@@ -20,10 +20,10 @@ from tests.unit.trainer.loop_support import (
     TensorSequences,
     encode_test_corpus,
     float64_grad_norm,
+    loop_config,
     one_thread,  # noqa: F401 - autouse fixture
     random_rows,
     recomputed_loss,
-    settings,
     write_run_config,
 )
 from trainer import cli
@@ -31,6 +31,7 @@ from trainer.config.schedule import lr_at
 from trainer.model.llama import build_model
 from trainer.train import guards, loop
 from trainer.train.loop import train
+from trainer.train.options import RunOptions
 from trainer.train.sequences import DataExhaustedError
 
 
@@ -43,7 +44,9 @@ def test_wrap_around_never_makes_up_a_loss_and_exhaustion_names_the_step(tmp_pat
     # (a) wrap-around on, 12 steps: 3 epochs, each a permutation of all 16 sequences.
     rec = Recorder()
     rec.snapshot_before_step = True
-    result = train(settings(max_steps=12, epochs=3), data, None, hooks=rec)
+    result = train(
+        loop_config({"training.max_steps": 12, "training.epochs": 3}), data, None, hooks=rec
+    )
     assert result.steps_run == 12 and len(result.losses) == 12
     assert [rec.batches[s][0] for s in range(1, 13)] == [0] * 4 + [1] * 4 + [2] * 4, (
         "wraps happen before steps 5 and 9"
@@ -54,7 +57,7 @@ def test_wrap_around_never_makes_up_a_loss_and_exhaustion_names_the_step(tmp_pat
             i for s in range(4 * epoch + 1, 4 * epoch + 5) for ix in rec.batches[s][1] for i in ix
         )
         assert seen == list(range(16)), f"epoch {epoch} reads every training sequence once"
-    cfg = settings().model
+    cfg = loop_config().model
     for step in range(1, 13):
         _, indices, micro_batches = rec.batches[step]
         for ix, (inputs, _) in zip(indices, micro_batches, strict=True):
@@ -68,9 +71,12 @@ def test_wrap_around_never_makes_up_a_loss_and_exhaustion_names_the_step(tmp_pat
     rec = Recorder()
     with pytest.raises(DataExhaustedError, match=r"step 5\b") as raised:
         train(
-            settings(max_steps=12, epochs=3, wrap_around=False, out_dir=tmp_path),
+            loop_config(
+                {"training.max_steps": 12, "training.epochs": 3, "training.wrap_around": False}
+            ),
             data,
             None,
+            options=RunOptions(out_dir=tmp_path),
             hooks=rec,
         )
     assert "wrap_around is off" in str(raised.value)
@@ -92,7 +98,14 @@ def _val_with_targets(count: int, seq_len: int = 64, pad_id: int = 0) -> TensorS
 
 def test_early_stopping_refuses_a_validation_set_too_small_to_give_signal():
     train_data = TensorSequences(random_rows(8, 64, seed=2))
-    run = settings(seq_len=64, max_steps=1, epochs=1, early_stopping=True)
+    run = loop_config(
+        {
+            "data.seq_len": 64,
+            "training.max_steps": 1,
+            "training.epochs": 1,
+            "training.early_stopping": True,
+        }
+    )
     for too_small in (16_384, 131_071):
         rec = Recorder()
         with pytest.raises(ValueError, match=f"{too_small:,}.*131,072") as raised:
@@ -106,7 +119,14 @@ def test_early_stopping_refuses_a_validation_set_too_small_to_give_signal():
     with pytest.raises(ValueError, match="16,384"):
         train(run, train_data, padded)
     assert train(run, train_data, _val_with_targets(131_072)).steps_run == 1
-    off = settings(seq_len=64, max_steps=1, epochs=1, early_stopping=False)
+    off = loop_config(
+        {
+            "data.seq_len": 64,
+            "training.max_steps": 1,
+            "training.epochs": 1,
+            "training.early_stopping": False,
+        }
+    )
     assert train(off, train_data, _val_with_targets(2_000)).steps_run == 1
 
 
@@ -174,7 +194,7 @@ def test_a_non_finite_loss_or_gradient_stops_before_the_optimizer_step(
     for kind, value in (("nan-loss", "loss is nan"), ("inf-grad", "grad norm is inf")):
         rec = _Poison(kind)
         with pytest.raises(guards.NonFiniteError, match=r"step 7\b") as raised:
-            train(settings(max_steps=12), data, None, hooks=rec)
+            train(loop_config({"training.max_steps": 12}), data, None, hooks=rec)
         assert value in str(raised.value), f"{kind}: the message names the value"
         assert rec.steps == [1, 2, 3, 4, 5, 6], f"{kind}: step 7 is not recorded"
         weights, moments = rec.state()
@@ -213,7 +233,16 @@ def test_a_non_finite_loss_or_gradient_stops_before_the_optimizer_step(
 def test_the_scheduled_lr_is_on_every_param_group_before_every_optimizer_step():
     data = TensorSequences(random_rows(16, 4, seed=4))
     rec = Recorder()
-    run = settings(seq_len=4, max_steps=200, epochs=50, warmup_steps=20, lr=3e-4, min_lr=3e-5)
+    run = loop_config(
+        {
+            "data.seq_len": 4,
+            "training.max_steps": 200,
+            "training.epochs": 50,
+            "training.warmup_steps": 20,
+            "optimizer.lr": 3e-4,
+            "optimizer.min_lr": 3e-5,
+        }
+    )
     result = train(run, data, None, hooks=rec)
     assert sorted(rec.lrs) == list(range(1, 201))
     for step in range(1, 201):
@@ -273,7 +302,12 @@ def test_the_reported_grad_norm_is_the_real_pre_clip_norm_and_clipping_engages()
     data = TensorSequences(random_rows(16, 8, seed=5))
     # 20 steps with a clip far above the norm: .grad before the step is the pre-clip gradient.
     rec = _Norms()
-    result = train(settings(max_steps=20, epochs=5, grad_clip=1e9), data, None, hooks=rec)
+    result = train(
+        loop_config({"training.max_steps": 20, "training.epochs": 5, "optimizer.grad_clip": 1e9}),
+        data,
+        None,
+        hooks=rec,
+    )
     for step, reported in enumerate(result.grad_norms, start=1):
         independent = rec.applied[step]
         assert abs(reported - independent) <= 1e-6 * independent, (
@@ -286,7 +320,9 @@ def test_the_reported_grad_norm_is_the_real_pre_clip_norm_and_clipping_engages()
 
     # The loss scaled by 1e4 at step 3, clip 1.0: reported pre-clip > 1, applied <= 1.
     rec = _Norms(scale_at=3)
-    result = train(settings(max_steps=4, grad_clip=1.0), data, None, hooks=rec)
+    result = train(
+        loop_config({"training.max_steps": 4, "optimizer.grad_clip": 1.0}), data, None, hooks=rec
+    )
     assert result.grad_norms[2] > 1.0, "the reported norm is measured before clipping"
     assert rec.applied[3] <= 1.0 + 1e-6, f"post-clip norm {rec.applied[3]} > 1: not clipped"
     assert math.isclose(rec.applied[3], 1.0, rel_tol=1e-4), "clipped to max_norm, not below"

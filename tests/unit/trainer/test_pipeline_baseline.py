@@ -3,15 +3,13 @@ sequences the loop trained on, and both are scored on the loop's own validation 
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from tests.unit.trainer.loop_support import (
     Recorder,
     encode_test_corpus,
+    loop_config,
     one_thread,  # noqa: F401 - autouse fixture
-    settings,
     tiny_config,
 )
 from trainer.pipeline.baseline import consumed_indices, validation_indices
@@ -33,22 +31,28 @@ def test_consumed_indices_are_the_sequences_the_loop_read(shards, micro_batch, g
     val_data = ShardSequences(shards, "val", SEQ_LEN)
     # 40 steps x 3 sequences runs past one epoch: the replay must follow the wrap too
     assert steps * micro_batch * grad_accum > train_data.num_sequences or steps == 12
-    run = dataclasses.replace(
-        settings(model=tiny_config(vocab_size=train_data.manifest.vocab_size)),
-        seq_len=SEQ_LEN,
-        micro_batch=micro_batch,
-        grad_accum=grad_accum,
-        max_steps=steps,
-        epochs=10,
-        eval_interval=steps,
-        eval_max_tokens=50,
+    run = loop_config(
+        {
+            "model": tiny_config(vocab_size=train_data.manifest.vocab_size),
+            "data.seq_len": SEQ_LEN,
+            "data.micro_batch": micro_batch,
+            "training.gradient_accumulation": grad_accum,
+            "training.max_steps": steps,
+            "training.epochs": 10,
+            "training.eval_interval": steps,
+            "training.eval_tokens": 50,
+        }
     )
     recorder = Recorder()
     train(run, train_data, val_data, hooks=recorder)
     read = [i for s in sorted(recorder.batches) for mb in recorder.batches[s][1] for i in mb]
     assert (
         consumed_indices(
-            train_data, steps=steps, micro_batch=micro_batch, grad_accum=grad_accum, seed=run.seed
+            train_data,
+            steps=steps,
+            micro_batch=micro_batch,
+            grad_accum=grad_accum,
+            seed=run.training.seed,
         )
         == read
     )

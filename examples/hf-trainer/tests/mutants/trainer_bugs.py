@@ -163,7 +163,9 @@ def _optimizer_not_restored(patch):
 @mutant("scheduler-state-not-restored")
 def _scheduler_not_restored(patch):
     # The resumed run's schedule restarts at step 0 (warmup again).
-    patch.setattr(torch.optim.lr_scheduler.LambdaLR, "load_state_dict", lambda self, sd: None)
+    patch.setattr(
+        torch.optim.lr_scheduler.LambdaLR, "load_state_dict", lambda self, state_dict: None
+    )
 
 
 @mutant("data-position-not-skipped")

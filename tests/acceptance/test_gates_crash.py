@@ -1,0 +1,400 @@
+"""A killed `gates promote` or `gates demote` never strands the project (issue 20, item 2).
+
+Crash-point enumeration: a promotion, a re-promotion and a demotion each first run once in a
+forked child that records every boundary of its commit (BOUNDARIES counts them) — each call
+that changes the disk: a create, write, chmod, fsync, rename, unlink, mkdir or rmdir. Then,
+for every k from 0 (killed as the commit begins) to the last boundary, a fresh copy of the
+project is promoted in a child that SIGKILLs itself right after boundary k, and the next
+`gates list` recovers it — once from the project root, once (on a second copy of the same
+crash) from another working directory, with the contract named by a relative path. After
+recovery:
+
+- the project is exactly the old one or exactly the new one, file for file (evidence
+  compared without its capture time), with no temp file, journal or directory left over;
+- the new state, once reached at some k, holds for every later k (no rollback of a commit);
+- `pv validate` passes, and the other working directory is still empty;
+- stderr says what was recovered whenever there was something to recover, and nothing when
+  there was not; a second command finds nothing left.
+
+The child promotes with the project root and contract given relative to the project's
+parent directory, as a user does who runs `gates promote --root widget` from there.
+The bound test is not run in the child (stubbed to pass): the commit is what is attacked, and
+the real test run is covered by test_gates_promotion.py.
+
+The three full enumerations are marked slow (about half a minute each on two cores); the
+fast slice kills a re-promotion between its two renames, the crash that stranded projects
+before recovery ran ahead of validation, and once before its commit point.
+
+Run: .venv/bin/pytest tests/acceptance/test_gates_crash.py   (add -m "not slow" for the slice)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gates import atomic, promotion, testrun
+from gates.cli import gates as gates_cli
+from gates.cli import pv as pv_cli
+from tests.acceptance import widget_project
+
+GATE = "GATE-WIDGET-001"
+CONTRACT = Path("contracts") / "widget-v1.yaml"
+EVIDENCE = Path("evidence") / "C-WIDGET" / f"{GATE}.json"
+#: The day the contract's changelog gets: today (UTC), so pv finds no date in the future.
+TODAY = dt.datetime.now(dt.UTC).date()
+#: os functions that change what is on disk; each call is one crash point. os.open counts
+#: only when it may create or write.
+MUTATING = ("open", "write", "fsync", "replace", "rename", "unlink", "mkdir", "rmdir", "chmod")
+MUTATING += ("fchmod", "ftruncate", "truncate", "remove", "link", "symlink")
+NEVER = 10**6
+#: Disk-changing calls of each commit, as docs/gates.md states them: a change to the commit
+#: sequence changes these, and the docs with them.
+BOUNDARIES = {"promote": 32, "re-promote": 28, "demote": 23}
+
+
+def _label(name: str, args: tuple) -> str:
+    """``replace .widget-v1.yaml.*.tmp``: the call and the file's name, a temp file's
+    random part starred so two runs of the same commit give the same labels."""
+    first = args[0] if args else ""
+    if isinstance(first, int):  # a descriptor: name the file it is open on
+        try:
+            first = os.readlink(f"/proc/self/fd/{first}")
+        except OSError:
+            first = f"fd {first}"
+    base = Path(str(first)).name
+    if base.startswith(".") and base.endswith(".tmp"):
+        base = re.sub(r"\.[^.]+\.tmp$", ".*.tmp", base)
+    return f"{name} {base}"
+
+
+def _is_boundary(name: str, args: tuple) -> bool:
+    if name != "open":
+        return True
+    flags = args[1] if len(args) > 1 else os.O_RDONLY
+    return bool(flags & (os.O_CREAT | os.O_WRONLY | os.O_RDWR | os.O_TRUNC))
+
+
+def run_crashing(op: Callable[[], object], cwd: Path, kill_at: int) -> tuple[int, list[str]]:
+    """Run ``op`` in a forked child in ``cwd``; the child SIGKILLs itself right after the
+    ``kill_at``-th disk-changing call inside atomic.commit (0: as commit is entered). Return
+    the child's wait status and the boundaries it passed, as labels."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 0
+        real_write = os.write
+        try:
+            os.close(read_end)
+            os.chdir(cwd)
+            passed = [0]
+            inside = [False]
+
+            def record(label: str) -> None:
+                real_write(write_end, (label + "\n").encode())
+                passed[0] += 1
+                if passed[0] == kill_at:
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+            def hooked(name: str, real: Callable) -> Callable:
+                def call(*args, **kwargs):
+                    result = real(*args, **kwargs)
+                    if inside[0] and _is_boundary(name, args):
+                        record(_label(name, args))
+                    return result
+
+                return call
+
+            for name in MUTATING:
+                setattr(os, name, hooked(name, getattr(os, name)))
+            real_commit = atomic.commit
+
+            def commit(*args, **kwargs):
+                if kill_at == 0:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                inside[0] = True
+                try:
+                    return real_commit(*args, **kwargs)
+                finally:
+                    inside[0] = False
+
+            atomic.commit = commit
+            op()
+        except BaseException:
+            real_write(write_end, ("!" + traceback.format_exc().replace("\n", "|")).encode())
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as fh:
+        out = fh.read().decode()
+    _, status = os.waitpid(pid, 0)
+    labels = out.splitlines()
+    assert not any(line.startswith("!") for line in labels), out.replace("|", "\n")
+    return status, labels
+
+
+def tree(root: Path) -> dict[str, object]:
+    """Every directory and file under ``root`` but .git, files by content; evidence by its
+    record less the capture time (each run stamps its own)."""
+    out: dict[str, object] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if rel.parts[0] == ".git":
+            continue
+        if path.is_dir():
+            out[f"{rel}/"] = "dir"
+        elif rel.parts[0] == "evidence" and not path.name.startswith("."):
+            record = json.loads(path.read_text())
+            record.pop("captured_at")
+            out[str(rel)] = record
+        else:
+            out[str(rel)] = path.read_bytes()
+    return out
+
+
+def promote_op(root: Path) -> Callable[[], object]:
+    def op() -> object:
+        return promotion.promote(
+            Path(root.name),
+            Path(root.name) / CONTRACT,
+            GATE,
+            [Path(root.name) / "artifact.txt"],
+            command=["gates", "promote", GATE],
+            today=TODAY,
+        )
+
+    return op
+
+
+def demote_op(root: Path) -> Callable[[], object]:
+    def op() -> object:
+        return promotion.demote(
+            Path(root.name), Path(root.name) / CONTRACT, GATE, "a crash test", today=TODAY
+        )
+
+    return op
+
+
+@pytest.fixture
+def pristine(tmp_path: Path, monkeypatch) -> Path:
+    """The widget project and its artifact, committed (so evidence records the artifact by a
+    path every copy shares); the bound test stubbed."""
+    root = tmp_path / "pristine" / "widget"
+    root.mkdir(parents=True)
+    widget_project.build(root)
+    (root / "artifact.txt").write_text("".join(f"line {i}\n" for i in range(5)))
+    widget_project.git(root, "add", "artifact.txt")
+    widget_project.git(
+        root, "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-qm", "a"
+    )
+    spec = importlib.util.spec_from_file_location(
+        "widget_measurement", root / "widget_measurement.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # registers the GATE-WIDGET-* measurements in-process
+
+    def passed(root: Path, node: str, mutant: str | None = None, timeout_s: float = 900):
+        return testrun.TestOutcome(node, mutant, "passed", 0.0, "")
+
+    monkeypatch.setattr(testrun, "run_node", passed)
+    return root
+
+
+def fresh_copy(source: Path, dest_parent: Path) -> Path:
+    """The project and its artifact, copied under ``dest_parent`` (same names)."""
+    shutil.copytree(source.parent, dest_parent, symlinks=True)
+    return dest_parent / source.name
+
+
+def recover_with_gates_list(root: Path, cwd: Path, monkeypatch, capsys) -> tuple[int, str]:
+    """`gates list` from ``cwd``: from the root with no arguments, else naming the contract
+    by a path relative to ``cwd``."""
+    monkeypatch.chdir(cwd)
+    argv = ["list"] if cwd == root else ["list", "--files", os.path.relpath(root / CONTRACT)]
+    capsys.readouterr()
+    code = gates_cli.main(argv)
+    return code, capsys.readouterr().err
+
+
+def pending(root: Path) -> bool:
+    """Something a crash left for recovery: the journal, or a temp file of it."""
+    return any(
+        p.name.startswith((atomic.JOURNAL_NAME, f".{atomic.JOURNAL_NAME}")) for p in root.iterdir()
+    )
+
+
+def enumerate_crashes(
+    start: Path,
+    op_for: Callable[[Path], Callable[[], object]],
+    work: Path,
+    monkeypatch,
+    capsys,
+    *,
+    only: Callable[[list[str]], list[int]] | None = None,
+) -> dict[str, object]:
+    """Kill ``op`` at every boundary of its commit (or at the crash points ``only`` picks
+    from the boundaries' labels), recover each crash from two working directories, and check
+    each ends old or new. Returns what the test reports."""
+    old = tree(start)
+    # The control: no kill. It counts the boundaries and gives the new state.
+    control = fresh_copy(start, work / "control")
+    status, labels = run_crashing(op_for(control), control.parent, NEVER)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, labels
+    new = tree(control)
+    assert new != old
+    assert not pending(control)
+    old = {**old, ".gates.lock": new[".gates.lock"]}  # the lock file predates the commit
+    assert labels, "no boundary was seen: the harness no longer sees the commit's writes"
+
+    elsewhere = work / "elsewhere"
+    elsewhere.mkdir()
+    states: list[str] = []
+    points = list(range(len(labels) + 1)) if only is None else only(labels)
+    for k in points:
+        crashed = fresh_copy(start, work / f"k{k}")
+        status, passed = run_crashing(op_for(crashed), crashed.parent, k)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (k, passed)
+        assert passed == labels[:k], f"the commit took another path at crash point {k}"
+        left = pending(crashed)
+        backup = crashed.parent.with_name(crashed.parent.name + "-copy")
+        shutil.copytree(crashed.parent, backup, symlinks=True)
+        ends = []
+        for cwd in (crashed, elsewhere):
+            code, err = recover_with_gates_list(crashed, cwd, monkeypatch, capsys)
+            where = f"crash point {k} ({labels[k - 1] if k else 'commit entered'}), from {cwd}"
+            assert code == 0, f"{where}: gates list exited {code}: {err}"
+            after = tree(crashed)
+            assert after in (old, new), f"{where}: neither old nor new:\n{sorted(after)}"
+            state = "new" if after == new else "old"
+            if left:
+                assert (
+                    "recovered" in err
+                    and ("rolled forward" if state == "new" else "rolled back") in err
+                ), f"{where}: recovery said {err!r}"
+            else:
+                assert "recovered" not in err, f"{where}: {err!r}"
+            if state == "new" and left:
+                assert str(CONTRACT) in err, f"{where}: {err!r}"
+            assert list(elsewhere.iterdir()) == [], f"{where}: wrote into the working directory"
+            assert gates_cli.main(argv := ["list", "--files", str(crashed / CONTRACT)]) == 0, argv
+            assert "recovered" not in capsys.readouterr().err, "a second recovery"
+            assert pv_cli.main(["validate", str(crashed / CONTRACT)]) == 0, capsys.readouterr()
+            ends.append(state)
+            monkeypatch.chdir(work)
+            shutil.rmtree(crashed.parent)
+            shutil.copytree(backup, crashed.parent, symlinks=True)
+        assert ends[0] == ends[1], f"crash point {k}: the two working directories disagree"
+        states.append(ends[0])
+        shutil.rmtree(backup)
+        shutil.rmtree(crashed.parent)
+    if only is not None:
+        return {"boundaries": labels, "states": states}
+    # Old until the commit point, new from there on: a finished commit is never undone.
+    assert states[0] == "old", "killed before its first boundary, nothing had changed"
+    assert states[-1] == "new", "killed after its last boundary, the operation had finished"
+    assert "old" not in states[states.index("new") :], states
+    return {"boundaries": labels, "states": states}
+
+
+def test_a_promotion_without_a_crash_writes_the_new_evidence_and_contract(pristine, tmp_path):
+    project = fresh_copy(pristine, tmp_path / "control")
+    before = (project / CONTRACT).read_text()
+    status, _ = run_crashing(promote_op(project), project.parent, NEVER)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    text = (project / CONTRACT).read_text()
+    assert text != before and "version: 1.1.0" in text
+    assert f"evidence: {EVIDENCE}" in text
+    record = json.loads((project / EVIDENCE).read_text())
+    assert (record["gate"], record["verdict"], record["contract"]["version"]) == (
+        GATE,
+        "PASS",
+        "1.1.0",
+    )
+    assert pv_cli.main(["validate", str(project / CONTRACT)]) == 0
+    assert not pending(project)
+
+
+@pytest.mark.slow
+def test_a_promotion_killed_at_any_boundary_is_recovered_by_the_next_command(
+    pristine, tmp_path, monkeypatch, capsys
+):
+    seen = enumerate_crashes(pristine, promote_op, tmp_path, monkeypatch, capsys)
+    assert len(seen["boundaries"]) == BOUNDARIES["promote"], seen["boundaries"]
+
+
+def promoted_copy(pristine: Path, dest_parent: Path) -> Path:
+    """A copy of the project with GATE-WIDGET-001 promoted to PASS (contract 1.1.0)."""
+    promoted = fresh_copy(pristine, dest_parent)
+    status, _ = run_crashing(promote_op(promoted), promoted.parent, NEVER)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    return promoted
+
+
+def test_a_re_promotion_killed_between_its_renames_is_recovered_before_validation(
+    pristine, tmp_path, monkeypatch, capsys
+):
+    # The fast slice of the enumeration below: the crash that stranded the project (new
+    # evidence, recording 1.2.0, beside the old contract, which names that evidence file
+    # and fails pv validate) and one before the commit point (temp files to roll back).
+    def between_renames(labels: list[str]) -> list[int]:
+        evidence_renamed = labels.index(f"replace .{EVIDENCE.name}.*.tmp") + 1
+        contract_written = labels.index(f"fsync .{CONTRACT.name}.*.tmp") + 1
+        return [contract_written, evidence_renamed]
+
+    promoted = promoted_copy(pristine, tmp_path / "promoted")
+    seen = enumerate_crashes(
+        promoted, promote_op, tmp_path / "again", monkeypatch, capsys, only=between_renames
+    )
+    assert seen["states"] == ["old", "new"]
+
+
+@pytest.mark.slow
+def test_a_re_promotion_killed_at_any_boundary_is_recovered_by_the_next_command(
+    pristine, tmp_path, monkeypatch, capsys
+):
+    # The case that stranded the project: new evidence (recording 1.2.0) beside the old
+    # contract (1.1.0, which names that evidence file) fails pv validate, so a command that
+    # validates before it recovers refuses for ever.
+    promoted = promoted_copy(pristine, tmp_path / "promoted")
+    seen = enumerate_crashes(promoted, promote_op, tmp_path / "again", monkeypatch, capsys)
+    assert len(seen["boundaries"]) == BOUNDARIES["re-promote"], seen["boundaries"]
+
+
+@pytest.mark.slow
+def test_a_demotion_killed_at_any_boundary_is_recovered_by_the_next_command(
+    pristine, tmp_path, monkeypatch, capsys
+):
+    promoted = promoted_copy(pristine, tmp_path / "promoted")
+    seen = enumerate_crashes(promoted, demote_op, tmp_path / "demote", monkeypatch, capsys)
+    assert len(seen["boundaries"]) == BOUNDARIES["demote"], seen["boundaries"]
+
+
+def test_a_command_with_nothing_to_recover_writes_nothing(pristine, monkeypatch, capsys):
+    before = tree(pristine)
+    monkeypatch.chdir(pristine)
+    assert gates_cli.main(["list"]) == 0
+    assert "recovered" not in capsys.readouterr().err
+    assert tree(pristine) == before  # not even the lock file
+
+
+def test_a_journal_gates_cannot_read_is_a_refusal_that_touches_nothing(
+    pristine, monkeypatch, capsys
+):
+    (pristine / atomic.JOURNAL_NAME).write_text('{"moves": [["a", "b", "write"]]}')
+    before = tree(pristine)
+    monkeypatch.chdir(pristine)
+    assert gates_cli.main(["list"]) == 1
+    err = capsys.readouterr().err
+    assert "refused" in err and atomic.JOURNAL_NAME in err and "by hand" in err
+    assert tree(pristine) == {**before, ".gates.lock": b""}

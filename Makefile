@@ -11,7 +11,7 @@ TORCH_SPEC     ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 PYTEST_ARGS    ?=
 
-.PHONY: venv demo test test-quick ship-blocking audit lint clean golden
+.PHONY: venv demo test test-quick ship-blocking gates-check audit lint clean golden
 
 venv: $(STAMP)
 
@@ -56,19 +56,29 @@ test-quick: $(STAMP)
 ship-blocking: $(STAMP)
 	ALLOW_NO_TESTS=1 tools/pytest.sh -m ship_blocking $(PYTEST_ARGS)
 
+# Re-measure every ship-blocking gate at HEAD (its bound tests and its measurement, each gate
+# in its own process), writing nothing tracked: an artifact that is not here is rebuilt from
+# the recipe its evidence records into the ignored cache .cache/shipgate/ (SHIPGATE_CACHE
+# moves it). Fails unless every one is PASS; then pv checks the committed evidence is fresh.
+gates-check: $(STAMP)
+	$(BIN)/gates check --ship-blocking --files contracts/*.yaml
+	$(BIN)/pv status --require-ship-ready contracts/*.yaml
+
 # The mutation audit of every bound falsification test in contracts/: each passes on the
 # real code and fails under each of its mutants (about 25 minutes on 2 cores: one pytest
 # process per test and mutant). CI runs it after `make test`; it is not a pytest test, so the
-# suite stays inside its 30-minute budget.
-# Relative, so the audit JSON's recorded command holds no absolute path.
-AUDIT_OUT ?= runs/audit/audit.json
+# suite stays inside its 30-minute budget. It writes committed evidence: per test and mutant
+# the outcome, seconds and the files the run read (pv reports AUDIT-STALE when one changes),
+# evidence/audit/audit.json here and in each example. Relative, so the recorded command holds
+# no absolute path.
+AUDIT_OUT ?= evidence/audit/audit.json
 
 audit: $(STAMP)
 	mkdir -p $(dir $(AUDIT_OUT))
 	CI=true $(BIN)/gates audit --out $(AUDIT_OUT) --files contracts/*.yaml
 	for ex in $(EXAMPLES); do \
-	  (cd $$ex && CI=true $(ABS_BIN)/gates audit --files contracts/*.yaml \
-	    --out ../../$(dir $(AUDIT_OUT))$$(basename $$ex).json) || exit 1; \
+	  (cd $$ex && mkdir -p evidence/audit && CI=true $(ABS_BIN)/gates audit \
+	    --files contracts/*.yaml --out evidence/audit/audit.json) || exit 1; \
 	done
 
 clean:

@@ -13,6 +13,12 @@ Each run is one pytest process (gates.testrun), and its outcome is one of
   attribute missing or a replacement that does not accept the original's calls; not run.
 
 Only ``passed`` (real code) and ``failed`` (mutant) are ok; anything else fails the audit.
+
+Each mutant row also carries its ``status`` in the mutation-testing convention (Stryker,
+PIT): ``killed`` (an assertion of the test failed), ``survived``, ``timeout``, and
+``runtime-error`` — the mutant is not viable (crashed, error, seam-broken): it fails the
+audit and names the seam or exception. Each row records the repository files its pytest run
+read (gates.trace), so pv can tell when the committed audit no longer matches the code.
 """
 
 from __future__ import annotations
@@ -26,10 +32,12 @@ from pathlib import Path
 
 from jsonschema import Draft202012Validator
 
-from gates import evidence, files, project, seams, testrun
+from gates import audit_record, evidence, files, project, seams, testrun, trace
 from gates.contract import Contract
 
-AUDIT_SCHEMA = evidence.EVIDENCE_SCHEMA.parent / "audit.schema.json"
+AUDIT_SCHEMA = audit_record.AUDIT_SCHEMA
+AUDIT_EVIDENCE = audit_record.AUDIT_EVIDENCE
+
 
 #: Each run's outcome (module docstring); the audit schema's enum.
 OUTCOMES = ("passed", "failed", "crashed", "error", "timeout", "seam-broken")
@@ -46,11 +54,21 @@ class AuditRow:
     failure: testrun.Failure | None = None  # the first failing report, when pytest failed
     seam_check: seams.SeamReport | None = None  # mutant rows: what the dry application found
     note: str = ""  # for error: the last line pytest printed; shown, not recorded
+    sources: tuple[dict, ...] = ()  # [{"path", "sha256"}] the run read (gates.trace)
 
     @property
     def ok(self) -> bool:
         """Real code must pass; a mutant must make the test fail on an assertion."""
         return self.outcome == ("passed" if self.mutant is None else "failed")
+
+    @property
+    def status(self) -> str | None:
+        """A mutant row's status in the mutation-testing convention (module docstring)."""
+        if self.mutant is None:
+            return None
+        return {"failed": "killed", "passed": "survived", "timeout": "timeout"}.get(
+            self.outcome, "runtime-error"
+        )
 
     @property
     def verdict(self) -> str:
@@ -114,12 +132,22 @@ def run_audit(
             if seam_check is not None and seam_check.broken:
                 row = AuditRow(c.id, t.id, t.test, mutant, "seam-broken", 0.0, None, seam_check)
             else:
-                run = testrun.run_node(root, t.test, mutant)
+                with (traced := trace.recording(root)):
+                    run = testrun.run_node(root, t.test, mutant)
                 outcome = outcome_of(run)
                 first = run.failures[0] if run.failures else None
                 note = "" if outcome != "error" else _last_line(run.output)
                 row = AuditRow(
-                    c.id, t.id, t.test, mutant, outcome, run.seconds, first, seam_check, note
+                    c.id,
+                    t.id,
+                    t.test,
+                    mutant,
+                    outcome,
+                    run.seconds,
+                    first,
+                    seam_check,
+                    note,
+                    tuple(traced.sources()),
                 )
             rows.append(row)
             if progress:
@@ -172,8 +200,9 @@ def _short(exception: str | None) -> str:
 
 
 # A path from the filesystem root: not preceded by a name character (so ``a/b`` and ``1/2``
-# stay), up to the next space or quote-like character.
-_ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/-])/[^\s'\"`,;()<>\[\]{}]+")
+# stay) nor by ``…`` (a path already cut, e.g. by gates.machine_paths.portable_command), up
+# to the next space or quote-like character.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/…-])/[^\s'\"`,;()<>\[\]{}]+")
 
 
 def portable(text: str, root: Path) -> str:
@@ -194,7 +223,7 @@ def _portable_strings(data, root: Path):
     return data
 
 
-def _row_record(r: AuditRow, root: Path) -> dict:
+def _row_record(r: AuditRow, root: Path, index: dict[str, int]) -> dict:
     failure = None
     if r.failure is not None:  # its node is the row's
         failure = {k: v for k, v in asdict(r.failure).items() if k != "node"}
@@ -206,20 +235,31 @@ def _row_record(r: AuditRow, root: Path) -> dict:
         "mutant": r.mutant,
         "outcome": r.outcome,
         "verdict": r.verdict,
+        "status": r.status,
         "seconds": r.seconds,
+        "sources": sorted({index[f["path"]] for f in r.sources}),
         "failure": _portable_strings(failure, root),
         "seam_check": _portable_strings(seam_check, root),
     }
 
 
+def _all_sources(rows: list[AuditRow]) -> list[dict]:
+    """Every file some run read, once, sorted by path (rows point into it by index)."""
+    union = {f["path"]: f for r in rows for f in r.sources}
+    return [union[p] for p in sorted(union)]
+
+
 def write_audit_evidence(root: Path, rows: list[AuditRow], command: list[str], out: Path) -> None:
+    sources = _all_sources(rows)
+    index = {f["path"]: n for n, f in enumerate(sources)}
     record = {
         "kind": "mutation-audit",
         "captured_at": evidence.utc_now(),
         "host": evidence.host_info(project.load_config(root).packages),
         "git": evidence.git_info(root),
         "command": [portable(arg, root) for arg in command],
-        "rows": [_row_record(r, root) for r in rows],
+        "sources": sources,
+        "rows": [_row_record(r, root, index) for r in rows],
         "mutants": sum(1 for r in rows if r.mutant),
         "killed": sum(r.ok for r in rows if r.mutant),
         "ok": all(r.ok for r in rows),

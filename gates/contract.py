@@ -78,18 +78,32 @@ class Threshold:
         return f"{self.metric} {self.comparator} {value} {self.unit}"
 
 
+def thresholds_of(raw: dict | list) -> tuple[Threshold, ...]:
+    """A gate's ``threshold``: one mapping, or a list of them that must all hold."""
+    return tuple(Threshold(**t) for t in (raw if isinstance(raw, list) else [raw]))
+
+
 @dataclass(frozen=True, slots=True)
 class Gate:
     id: str
     rule: str
     falsification_tests: tuple[str, ...]
-    threshold: Threshold
+    #: All must hold; the first is the gate's headline (changelog, summaries). A refusal
+    #: gate's later thresholds bound its false refusals, so refusing everything fails.
+    thresholds: tuple[Threshold, ...]
     ship_blocking: bool
     status: str
     evidence: str | None
     partial_note: str | None
     blocks_on: tuple[str, ...]
     where: DocPath
+
+    @property
+    def threshold(self) -> Threshold:
+        return self.thresholds[0]
+
+    def thresholds_text(self) -> str:
+        return " and ".join(str(t) for t in self.thresholds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +193,7 @@ class Contract:
                     g["id"],
                     g["rule"],
                     tuple(g["falsification_tests"]),
-                    Threshold(**g["threshold"]),
+                    thresholds_of(g["threshold"]),
                     g["ship_blocking"],
                     g["status"],
                     g.get("evidence"),

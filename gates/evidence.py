@@ -12,6 +12,8 @@ import json
 import os
 import platform
 import subprocess
+import sysconfig
+import tempfile
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
@@ -90,13 +92,33 @@ def sha256_of(path: Path) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
+#: Where an input outside the project may live, named portably: a corpus of the running
+#: Python's standard library is "<stdlib>/json/decoder.py" on every machine, not one
+#: machine's /usr/lib/python3.11/json/decoder.py.
+_ANCHORS = (("<site-packages>", "purelib"), ("<stdlib>", "stdlib"), ("<platstdlib>", "platstdlib"))
+
+
+def portable_path(path: Path, root: Path) -> str:
+    """``path`` as evidence records it: relative to the interpreter's library directories
+    (:data:`_ANCHORS`), to the project root, or to the temporary directory (``<tmp>/…``), else
+    ``…/<name>``: never an absolute path (pv's EVIDENCE-ABSOLUTE-PATH)."""
+    full = path.resolve()
+    paths = sysconfig.get_paths()
+    for label, key in _ANCHORS:  # first: a virtualenv may live inside the project
+        base = Path(paths[key]).resolve()
+        if full.is_relative_to(base):
+            return f"{label}/{full.relative_to(base).as_posix()}"
+    if full.is_relative_to(root.resolve()):
+        return full.relative_to(root.resolve()).as_posix()
+    tmp = Path(tempfile.gettempdir()).resolve()
+    if full.is_relative_to(tmp):
+        return "/".join(["<tmp>", *full.relative_to(tmp).parts])
+    return f"…/{full.name}"
+
+
 def file_ref(path: Path, root: Path) -> FileRef:
     digest, size = sha256_of(path)
-    try:
-        shown = str(path.resolve().relative_to(root.resolve()))
-    except ValueError:
-        shown = str(path.resolve())
-    return FileRef(shown, digest, size)
+    return FileRef(portable_path(path, root), digest, size)
 
 
 def _cpu_model() -> str:

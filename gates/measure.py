@@ -2,7 +2,9 @@
 
 A new gate is one function plus contract YAML::
 
-    @measures("GATE-ARCH-370M-002", artifact="checkpoint directory", check=is_checkpoint)
+    @measures("GATE-ARCH-370M-002", artifact="checkpoint directory", check=is_checkpoint,
+              recipe=Recipe(("python", "tools/make_370m_checkpoint.py", "--out", "{out}"),
+                            select="checkpoints/step-00000002"))
     def checkpoint_passes_inspection(ctx: GateContext) -> Measurement: ...
 
 Measurement modules belong to the project, not to the framework: they live in the
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from gates import project
 from gates.contract import Contract, Gate
+from gates.recipes import Recipe
 
 
 @dataclass(frozen=True)
@@ -51,16 +54,26 @@ class Measurer:
     artifact: str | None = None
     #: Returns why a path is not that kind of artifact, or None when it is.
     check: Callable[[Path], str | None] | None = None
+    #: How the project rebuilds the artifact (gates.recipes), so that `gates check` and
+    #: `gates promote` without --artifact can rebuild one that is gone.
+    recipe: Recipe | None = None
 
 
 REGISTRY: dict[str, Measurer] = {}
 
 
 def measures(
-    gate_id: str, *, artifact: str | None = None, check: Callable[[Path], str | None] | None = None
+    gate_id: str,
+    *,
+    artifact: str | None = None,
+    check: Callable[[Path], str | None] | None = None,
+    recipe: Recipe | None = None,
 ) -> Callable[[MeasureFn], MeasureFn]:
+    if recipe is not None and artifact is None:
+        raise ValueError(f"{gate_id}: a recipe makes an artifact; say which (artifact=...)")
+
     def register(fn: MeasureFn) -> MeasureFn:
-        REGISTRY[gate_id] = Measurer(gate_id, fn, artifact, check)
+        REGISTRY[gate_id] = Measurer(gate_id, fn, artifact, check, recipe)
         return fn
 
     return register

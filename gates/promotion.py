@@ -11,13 +11,25 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gates import atomic, contract_edit, evidence, files, measure, project, testrun
+from gates import (
+    atomic,
+    contract_edit,
+    evidence,
+    files,
+    measure,
+    project,
+    recipes,
+    testrun,
+    trace,
+)
 from gates.checks.project_rules import evidence_mismatches
 from gates.contract import Contract, Gate
+from gates.machine_paths import portable_command
 from gates.source import MAX_SOURCE_BYTES
 from gates.validate import validate
 
@@ -34,6 +46,8 @@ class CheckResult:
     reasons: list[str]
     evidence: dict
     tests: list[testrun.TestOutcome] = field(default_factory=list)
+    #: What the output says besides the verdict: an artifact rebuilt with another digest.
+    notices: list[str] = field(default_factory=list)
 
 
 def load_gate(root: Path, contract_path: Path, gate_id: str) -> tuple[Contract, Gate]:
@@ -53,53 +67,151 @@ def load_gate(root: Path, contract_path: Path, gate_id: str) -> tuple[Contract, 
     return contract, gate
 
 
-def _recorded_artifacts(root: Path, gate: Gate) -> list[evidence.FileRef]:
+def _recorded_artifacts(root: Path, gate: Gate) -> list[dict]:
     if not gate.evidence or not (root / gate.evidence).is_file():
         return []
     try:
         recorded = evidence.load(root / gate.evidence)
     except evidence.EvidenceError as exc:
         raise RefusedError(f"current evidence is unusable: {exc}") from None
-    return [evidence.FileRef(**a) for a in recorded["artifacts"]]
+    return list(recorded["artifacts"])
+
+
+#: A measured artifact: where it is, and its evidence entry (name, sha256, bytes, path?,
+#: recipe?).
+ArtifactRef = tuple[Path, dict]
+
+
+def _artifact_entry(
+    path: Path, root: Path, recipe: recipes.Recipe | None, sha256: str, size: int
+) -> dict:
+    """The evidence entry of an artifact: a repository-relative ``path`` only when it lies
+    under the root and outside the cache (a cache entry is found by its digest; a path
+    outside the root names one machine), and the recipe that rebuilds it."""
+    entry: dict = {"name": path.name, "sha256": sha256, "bytes": size}
+    resolved, cache = path.resolve(), recipes.cache_dir(root)
+    if resolved.is_relative_to(root.resolve()) and not resolved.is_relative_to(cache):
+        entry["path"] = resolved.relative_to(root.resolve()).as_posix()
+    if recipe is not None:
+        entry["recipe"] = recipes.record(recipe, root)
+    return entry
+
+
+def _why_differs(root: Path, recipe: recipes.Recipe, recorded: dict) -> str:
+    """Why a rebuild digests differently from the recorded artifact, as far as it shows."""
+    before = recorded.get("recipe")
+    if before is None:
+        return "the evidence records no recipe, so what built it is unknown"
+    now = recipes.record(recipe, root)
+    changed = sorted(
+        {i["path"] for i in before.get("inputs", [])} ^ {i["path"] for i in now["inputs"]}
+        | {
+            i["path"]
+            for i in now["inputs"]
+            for j in before.get("inputs", [])
+            if i["path"] == j["path"] and i["sha256"] != j["sha256"]
+        }
+    )
+    if changed:
+        return f"the code changed: the recipe's inputs {', '.join(changed)} differ"
+    if before.get("command") != now["command"] or before.get("select") != now.get("select"):
+        return "the recipe's command changed"
+    if before.get("digest") != now["digest"]:
+        return "the recipe's digest rules changed"
+    why = f" ({recipe.why_not_bitwise})" if recipe.why_not_bitwise else ""
+    return f"the recipe's output is not bitwise reproducible here{why}"
+
+
+def _from_recipe(root: Path, recipe: recipes.Recipe, want: str | None) -> recipes.Built:
+    try:
+        return recipes.obtain(root, recipe, want)
+    except recipes.RecipeError as exc:
+        raise RefusedError(f"cannot rebuild the artifact from its recipe: {exc}") from None
 
 
 def _resolve_artifacts(
     root: Path, gate: Gate, measurer: measure.Measurer, given: list[Path]
-) -> list[tuple[Path, evidence.FileRef]]:
-    """Artifacts to measure, each with its hash. Without --artifact, re-measure the ones the
-    current evidence records, refusing any that is gone or no longer hashes the same."""
+) -> tuple[list[ArtifactRef], list[str]]:
+    """Artifacts to measure, each with its evidence entry, and notes for the evidence.
+
+    With --artifact, those paths. Without, the ones the current evidence records: at its
+    recorded path when it is there and digests the same; else, when the measurer has a
+    recipe, the cache entry of the recorded digest, else a rebuild from the recipe (noted
+    when its digest differs); without a recipe, a missing or changed artifact is refused.
+    A gate with a recipe and no evidence yet is measured on the recipe's artifact."""
+    recipe = measurer.recipe
     if measurer.artifact is None:
         if given:
             raise RefusedError(f"{gate.id} is measured without artifacts; drop --artifact")
-        return []
-    refs: list[tuple[Path, evidence.FileRef]] = []
+        return [], []
+    refs: list[ArtifactRef] = []
+    notes: list[str] = []
+
+    def add(path: Path, sha256: str, size: int) -> None:
+        refs.append((path, _artifact_entry(path, root, recipe, sha256, size)))
+
     if given:
         for path in given:
             if not path.exists():
                 raise RefusedError(f"artifact {path} does not exist")
-            refs.append((path, evidence.file_ref(path, root)))
+            add(path, *_digest(path, recipe))
     else:
         recorded = _recorded_artifacts(root, gate)
-        if not recorded:
+        if not recorded and recipe is None:
             raise RefusedError(
                 f"{gate.id} is measured on a {measurer.artifact}: pass --artifact PATH"
             )
+        if not recorded:
+            _log(f"gates: {gate.id} records no artifact yet: using its recipe")
+            built = _from_recipe(root, recipe, None)
+            add(built.path, built.sha256, built.bytes)
         for ref in recorded:
-            path = root / ref.path if not Path(ref.path).is_absolute() else Path(ref.path)
-            if not path.exists():
-                raise RefusedError(f"artifact {ref.path} recorded in {gate.evidence} is gone")
-            now = evidence.file_ref(path, root)
-            if now.sha256 != ref.sha256:
-                raise RefusedError(
-                    f"artifact {ref.path} no longer matches {gate.evidence}: "
-                    f"sha256 {now.sha256[:12]}… != recorded {ref.sha256[:12]}…"
+            shown = ref.get("path") or ref.get("name") or "artifact"
+            path = (root / ref["path"]) if ref.get("path") else None
+            if path is not None and path.exists():
+                now, size = _digest(path, recipe)
+                if now == ref["sha256"]:
+                    add(path, now, size)
+                    continue
+                if recipe is None:
+                    raise RefusedError(
+                        f"artifact {shown} no longer matches {gate.evidence}: "
+                        f"sha256 {now[:12]}… != recorded {ref['sha256'][:12]}…"
+                    )
+                _log(f"gates: artifact {shown} no longer digests as {gate.evidence} records")
+            elif recipe is None:
+                raise RefusedError(f"artifact {shown} recorded in {gate.evidence} is gone")
+            elif path is not None:
+                _log(f"gates: artifact {shown} recorded in {gate.evidence} is not here")
+            built = _from_recipe(root, recipe, ref["sha256"])
+            if built.sha256 != ref["sha256"]:
+                note = (
+                    f"artifact {built.path.name} as its recipe makes it here "
+                    f"({'rebuilt' if built.source == 'built' else 'from the cache'}) has sha256 "
+                    f"{built.sha256}, not the recorded {ref['sha256']}: "
+                    f"{_why_differs(root, recipe, ref)}; measured against the threshold"
                 )
-            refs.append((path, now))
+                _log(f"gates: {note}")
+                notes.append(note)
+            add(built.path, built.sha256, built.bytes)
     for path, _ in refs:
         reason = measurer.check(path) if measurer.check else None
         if reason:
             raise RefusedError(f"artifact {path} is not a {measurer.artifact}: {reason}")
-    return refs
+    return refs, notes
+
+
+def _digest(path: Path, recipe: recipes.Recipe | None) -> tuple[str, int]:
+    try:
+        return recipes.digest(path, recipe)
+    except (recipes.RecipeError, OSError) as exc:
+        raise RefusedError(f"cannot digest artifact {path}: {exc}") from None
+
+
+def _log(line: str) -> None:
+    # WARNING: with no handler configured (the gates CLI adds none), logging's last-resort
+    # handler writes the bare line to stderr, which is where a user should see a rebuild.
+    logging.getLogger(__name__).warning(line)
 
 
 def check(
@@ -111,13 +223,17 @@ def check(
     command: list[str],
     contract_version: str | None = None,
     want: str | None = None,
-    allow_dirty: bool = False,
+    allow_dirty: str | None = None,
 ) -> CheckResult:
     """Run the gate's bound tests and measurement; the verdict is ``want`` (PASS/PARTIAL) when
     everything holds, else FAIL. Without ``want``, what the measurement says: PARTIAL when it
     names something not discharged, else PASS."""
+    # What the bound tests and the measurement read (gates.trace): from before the project's
+    # measurement modules are imported, so all of them count (an over-approximation), but
+    # not the artifacts' resolution (a rebuild from a recipe only sometimes runs).
     try:
-        measurer = measure.lookup(gate.id, root)
+        with (traced := trace.recording(root)):
+            measurer = measure.lookup(gate.id, root)
     except project.ProjectConfigError as e:
         raise RefusedError(str(e)) from e
     if measurer is None:
@@ -126,37 +242,36 @@ def check(
             f"with @measures({gate.id!r}) in a directory that [tool.shipgate] measurements "
             "names in pyproject.toml (docs/measurements.md)"
         )
-    refs = _resolve_artifacts(root, gate, measurer, artifacts)
+    refs, artifact_notes = _resolve_artifacts(root, gate, measurer, artifacts)
     reasons: list[str] = []
 
-    outcomes = []
-    for ref in gate.falsification_tests:
-        test = contract.test(ref)
-        if test is None or not test.bound or not test.test:
-            reasons.append(f"{ref} is not bound to a test")
-            continue
-        outcome = testrun.run_node(root, test.test)
-        outcomes.append((ref, outcome))
-        if outcome.outcome != "passed":
-            tail = "\n".join(outcome.output.strip().splitlines()[-15:])
-            reasons.append(f"{ref} ({test.test}) {outcome.outcome}:\n{tail}")
+    with traced:
+        outcomes = []
+        for ref in gate.falsification_tests:
+            test = contract.test(ref)
+            if test is None or not test.bound or not test.test:
+                reasons.append(f"{ref} is not bound to a test")
+                continue
+            outcome = testrun.run_node(root, test.test)
+            outcomes.append((ref, outcome))
+            if outcome.outcome != "passed":
+                tail = "\n".join(outcome.output.strip().splitlines()[-15:])
+                reasons.append(f"{ref} ({test.test}) {outcome.outcome}:\n{tail}")
 
-    ctx = measure.GateContext(root, contract, gate, tuple(p for p, _ in refs))
-    result = measurer.fn(ctx)
+        ctx = measure.GateContext(root, contract, gate, tuple(p for p, _ in refs))
+        result = measurer.fn(ctx)
     for path, before in refs:
-        if evidence.file_ref(path, root).sha256 != before.sha256:
+        if _digest(path, measurer.recipe)[0] != before["sha256"]:
             raise RefusedError(f"artifact {path} changed while it was being measured")
 
-    metric = gate.threshold.metric
-    if metric not in result.values:
-        raise RefusedError(f"the measurement of {gate.id} did not report {metric}")
-    value, unit = result.values[metric]
-    if unit != gate.threshold.unit:
-        raise RefusedError(
-            f"{metric} measured in {unit}, the threshold is in {gate.threshold.unit}"
-        )
-    if not gate.threshold.holds(value):
-        reasons.append(f"{metric} = {value:g} {unit} misses {gate.threshold}")
+    for t in gate.thresholds:
+        if t.metric not in result.values:
+            raise RefusedError(f"the measurement of {gate.id} did not report {t.metric}")
+        value, unit = result.values[t.metric]
+        if unit != t.unit:
+            raise RefusedError(f"{t.metric} measured in {unit}, the threshold is in {t.unit}")
+        if not t.holds(value):
+            reasons.append(f"{t.metric} = {value:g} {unit} misses {t}")
     want = want or ("PARTIAL" if result.partial else "PASS")
     if want == "PARTIAL" and not result.partial:
         reasons.append("--to PARTIAL needs a measurement that says what is not discharged")
@@ -165,7 +280,10 @@ def check(
         reasons.append(f"the measurement does not discharge {missing}: that is PARTIAL")
     git = evidence.git_info(root)
     if git["dirty"] and allow_dirty:
-        git["dirty_override"] = True
+        # Why the measurement was allowed over uncommitted changes; without it, a dirty
+        # record is one pv rejects (EVIDENCE-DIRTY). `gates check` passes none: it writes
+        # nothing into the contract, and pv never reads its --out file.
+        git["dirty_override"] = {"reason": allow_dirty.strip()}
     verdict = "FAIL" if reasons else want
 
     record = {
@@ -184,21 +302,23 @@ def check(
         },
         "measurements": {k: {"value": v, "unit": u} for k, (v, u) in result.values.items()},
         "threshold": gate.threshold.as_dict(),
+        "thresholds": [t.as_dict() for t in gate.thresholds],
         "verdict": verdict,
         "tests": [
             {"id": ref, "node": o.node, "outcome": o.outcome, "seconds": o.seconds}
             for ref, o in outcomes
         ],
-        "artifacts": [r.as_dict() for _, r in refs],
+        "artifacts": [entry for _, entry in refs],
+        "sources": traced.sources(measurer.fn),  # and the measurement's own module
     }
     if verdict == "PARTIAL":
         record["partial"] = result.partial
-    if result.notes:
-        record["notes"] = result.notes
+    if result.notes or artifact_notes:
+        record["notes"] = "\n".join([*artifact_notes, *([result.notes] if result.notes else [])])
     problems = evidence.schema_errors(record)
     if problems:
         raise RefusedError(f"the measurement produced invalid evidence: {problems[0]}")
-    return CheckResult(verdict, reasons, record, [o for _, o in outcomes])
+    return CheckResult(verdict, reasons, record, [o for _, o in outcomes], artifact_notes)
 
 
 def promote(
@@ -208,11 +328,13 @@ def promote(
     artifacts: list[Path],
     *,
     to: str = "PASS",
-    allow_dirty: bool = False,
+    allow_dirty: str | None = None,
     command: list[str] | None = None,
     today: dt.date | None = None,
 ) -> CheckResult:
-    command = command or [Path(sys.argv[0]).name, *sys.argv[1:]]
+    command = command or portable_command(sys.argv[0], sys.argv[1:], root)
+    if allow_dirty is not None and not allow_dirty.strip():
+        raise RefusedError("--allow-dirty must say why (a reason recorded in the evidence)")
     with atomic.locked(root / LOCK_NAME):
         _recover(root)
         # Read the contract only once the lock is held: a concurrent promotion's edit is kept.
@@ -221,7 +343,7 @@ def promote(
         if git["dirty"] and not allow_dirty:
             raise RefusedError(
                 f"the project under {root} has uncommitted changes (git status); commit "
-                "them, or pass --allow-dirty (recorded in the evidence)"
+                "them, or pass --allow-dirty REASON (recorded in the evidence)"
             )
         new_version = contract_edit.next_version(contract.metadata.version)
         result = check(
@@ -250,7 +372,7 @@ def promote(
                 evidence=ev_rel,
                 today=today or _utc_today(),
                 changelog_text=f"{gate.id} promoted to {to}: {gate.threshold.metric} = "
-                f"{measured['value']:g} {measured['unit']} ({gate.threshold}); "
+                f"{measured['value']:g} {measured['unit']} ({gate.thresholds_text()}); "
                 f"evidence {ev_rel}.",
             ),
         )

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gates.contract import SHIP_STATUSES, Contract, FalsificationTest, Gate
+from gates.contract import SHIP_STATUSES, Contract, FalsificationTest, Gate, Threshold
 
 #: Written into every page; an existing --out file without it is not ours to replace.
 GENERATOR = "shipgate gates report"
@@ -79,7 +79,7 @@ class Audit:
 
     shown_path: str
     href: str
-    defaulted: bool  # found at runs/audit/audit.json, not given with --audit
+    defaulted: bool  # found at evidence/audit/audit.json, not given with --audit
     captured_at: str
     commit: str
     dirty: bool
@@ -272,15 +272,16 @@ def _test(audit: Audit | None, c: Contract, t: FalsificationTest) -> str:
 def _measured(g: Gate, ev: GateEvidence | None) -> str:
     if ev is None:
         return '<dd data-measured="">no evidence</dd>'
-    m = ev.data["measurements"].get(g.threshold.metric)
+    return "".join(_measured_one(t, ev.data["measurements"].get(t.metric)) for t in g.thresholds)
+
+
+def _measured_one(t: Threshold, m: dict | None) -> str:
     if m is None:
-        return (
-            f'<dd data-measured="">no measurement of {e(g.threshold.metric)} in the evidence</dd>'
-        )
+        return f'<dd data-measured="">no measurement of {e(t.metric)} in the evidence</dd>'
     value = number(m["value"])
-    held = g.threshold.holds(float(m["value"]))
+    held = m["unit"] == t.unit and t.holds(float(m["value"]))
     return (
-        f'<dd data-measured="{e(value)}">{e(g.threshold.metric)} = <strong>{e(value)}</strong> '
+        f'<dd data-measured="{e(value)}">{e(t.metric)} = <strong>{e(value)}</strong> '
         f'{e(m["unit"])} <span class="{"meets" if held else "misses"}">'
         f"{'meets' if held else 'misses'} the threshold</span></dd>"
     )
@@ -292,10 +293,11 @@ def _evidence(ev: GateEvidence) -> str:
     other = [
         f"{e(k)} = {e(number(m['value']))} {e(m['unit'])}"
         for k, m in d["measurements"].items()
-        if k != d["threshold"]["metric"]
+        if k not in {t["metric"] for t in d.get("thresholds", [d["threshold"]])}
     ]
     artifacts = "".join(
-        f'<li><code>{e(a["path"])}</code> sha256 <code class="sha">{e(a["sha256"][:12])}</code>'
+        f"<li><code>{e(a.get('path') or a.get('name', ''))}</code> "
+        f'sha256 <code class="sha">{e(a["sha256"][:12])}</code>'
         f" ({a['bytes']} bytes)</li>"
         for a in d["artifacts"]
     )
@@ -329,7 +331,7 @@ def _gate(g: Gate, ev: GateEvidence | None) -> str:
         f'data-status="{e(g.status)}" data-ship-blocking="{"yes" if g.ship_blocking else "no"}">',
         f'<h4>{e(g.id)} {_status(g.status)} <span class="badge">{blocking}</span></h4>',
         f'<dl class="kv"><dt>rule</dt><dd>{e(g.rule)}</dd>',
-        f"<dt>threshold</dt><dd data-threshold><code>{e(g.threshold)}</code></dd>",
+        f"<dt>threshold</dt><dd data-threshold><code>{e(g.thresholds_text())}</code></dd>",
         f"<dt>measured</dt>{_measured(g, ev)}",
         f"<dt>tests</dt><dd>{tests}</dd>",
     ]

@@ -9,7 +9,6 @@ Every problem is a ReportError whose message names the file; the command then wr
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 import xml.etree.ElementTree as ET
@@ -17,17 +16,14 @@ from collections.abc import Sequence
 from pathlib import Path, PurePath
 from urllib.parse import quote
 
-from jsonschema import Draft202012Validator
-
-from gates import evidence, files
-from gates.audit import AUDIT_SCHEMA, AuditRow
+from gates import audit_record, evidence, files
+from gates.audit import AuditRow
 from gates.contract import Contract
-from gates.jsonpath import json_path
 from gates.report import MARKER, Audit, AuditEntry, GateEvidence, Plot, ReportInputs
 from gates.validate import find_root
 
 #: Where `make audit` writes the audit; read by default when it exists.
-DEFAULT_AUDIT = Path("runs") / "audit" / "audit.json"
+DEFAULT_AUDIT = audit_record.AUDIT_EVIDENCE
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SVG_ROOT = "{http://www.w3.org/2000/svg}svg"
 MARKER_WITHIN = 4096  # the marker sits in <head>, within the page's first bytes
@@ -72,24 +68,9 @@ def load_evidence(contracts: Sequence[Contract], root: Path, base_dir: Path) -> 
 
 def _audit_json(path: Path) -> dict:
     try:
-        data = json.loads(files.read_regular(path, MAX_INPUT_BYTES).decode("utf-8"))
-    except OSError as exc:
-        raise ReportError(f"audit file {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ReportError(f"audit file {path}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise ReportError(
-            f"audit file {path}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})"
-        ) from None
-    validator = Draft202012Validator(json.loads(AUDIT_SCHEMA.read_text(encoding="utf-8")))
-    errors = sorted(validator.iter_errors(data), key=lambda err: list(err.path))
-    if errors:
-        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise ReportError(
-            f"audit file {path}: not a gates audit file: {json_path(errors[0].path)}: "
-            f"{errors[0].message}{more}"
-        )
-    return data
+        return audit_record.load_record(path)
+    except audit_record.AuditFileError as exc:
+        raise ReportError(str(exc)) from None
 
 
 def load_audit(path: Path, root: Path, base_dir: Path, *, defaulted: bool) -> Audit:

@@ -221,6 +221,66 @@ RULES: dict[str, Rule] = {
             "an evidence file disagrees with its contract",
             "re-run `gates promote` or fix the gate to say what the evidence shows",
         ),
+        Rule(
+            "EVIDENCE-TESTS-NOT-PASSED",
+            _E,
+            "PASS/PARTIAL evidence does not record every bound test as passed",
+            "re-measure with `gates promote`: it runs the gate's bound tests and records them",
+        ),
+        Rule(
+            "EVIDENCE-DIRTY",
+            _E,
+            "evidence measured over uncommitted changes records no override reason",
+            "commit and re-measure, or promote with `--allow-dirty REASON`",
+        ),
+        Rule(
+            "EVIDENCE-COMMIT-UNKNOWN",
+            _E,
+            "the commit evidence records is not in the repository's history",
+            "re-measure at a commit of this repository with `gates promote`",
+        ),
+        Rule(
+            "EVIDENCE-ARTIFACT-MISSING",
+            _E,
+            "an artifact evidence names by path is not under the project root and has no recipe",
+            "commit the artifact, record the recipe that rebuilds it, or re-measure",
+        ),
+        Rule(
+            "EVIDENCE-ABSOLUTE-PATH",
+            _E,
+            "evidence records an absolute path of one machine",
+            "record paths relative to the project root (re-measure with `gates promote`)",
+        ),
+        # Freshness: a warning, so `pv validate` still passes while code moves on; `pv status
+        # --require-ship-ready` fails on it for a ship-blocking gate.
+        Rule(
+            "EVIDENCE-STALE",
+            _W,
+            "a PASS/PARTIAL gate's evidence records a source file that changed or is gone since "
+            "it was measured, or records no sources",
+            "re-measure with `gates promote GATE` (every stale gate: `gates promote --stale`)",
+        ),
+        # The committed mutation audit (evidence/audit/audit.json), when the project has one.
+        Rule(
+            "AUDIT-INVALID",
+            _E,
+            "the project's audit file is unreadable or not a valid `gates audit` record",
+            "re-run the audit (`make audit`, or `gates audit --out evidence/audit/audit.json`)",
+        ),
+        Rule(
+            "AUDIT-NOT-OK",
+            _E,
+            "the committed audit records a failure: the real code failing its test, or a "
+            "mutant that survived, timed out or was not viable (runtime error)",
+            "make the test catch the mutant (or fix its seam), then re-run the audit",
+        ),
+        Rule(
+            "AUDIT-STALE",
+            _W,
+            "a file a test's audited runs read changed since the audit, or a bound test or "
+            "mutant has no row in it",
+            "re-run the audit (`make audit`) and commit evidence/audit/audit.json",
+        ),
         # Style (warnings never fail a run).
         Rule(
             "STYLE-FILENAME",

@@ -63,6 +63,24 @@ def _issues_for(error: ValidationError) -> Iterator[Issue]:
     sub = error.schema if isinstance(error.schema, dict) else {}
     rule_id = sub.get("x-rule") or _KEYWORD_RULES.get(keyword, "SCHEMA-VIOLATION")
 
+    if keyword in ("oneOf", "anyOf"):
+        # e.g. a gate's threshold, one mapping or a list of them: report the errors of the
+        # branch the value's type was meant for, not "valid under none of the schemas".
+        branches: dict[int, list[ValidationError]] = {}
+        for sub_error in error.context or ():
+            branches.setdefault(sub_error.relative_schema_path[0], []).append(sub_error)
+        for errors in branches.values():
+            if not any(x.validator == "type" and not x.relative_path for x in errors):
+                for sub_error in errors:
+                    yield from _issues_for(sub_error)
+                return
+        yield Issue(
+            "SCHEMA-TYPE",
+            where,
+            f"expected one of the allowed forms, found {_type_name(error.instance)}",
+            at_key=False,
+        )
+        return
     if keyword == "additionalProperties":
         allowed = sorted(sub.get("properties", {}))
         for key in sorted(set(error.instance) - set(allowed)):

@@ -16,6 +16,7 @@ from pathlib import Path
 from gates.checks import contract_rules, crossfile_rules, project_rules
 from gates.contract import Contract
 from gates.findings import Finding, Issue, Report, make_finding
+from gates.git_history import CommitIndex
 from gates.pytest_nodes import NodeIndex
 from gates.schema import schema_issues
 from gates.source import SourceError, UnreadablePathError, YamlSource, read_yaml
@@ -76,6 +77,7 @@ def validate(
     result = Validation()
     sources: dict[Path, YamlSource] = {}
     indexes: dict[Path, NodeIndex] = {}
+    commits: dict[Path, CommitIndex] = {}  # one batch of git look-ups per root and run
 
     for path in paths:
         display = str(path)
@@ -92,7 +94,9 @@ def validate(
             continue
         result.report.files.append(display)
         try:
-            findings, contract = _check_one(source, root or find_root(path), today, indexes)
+            findings, contract = _check_one(
+                source, root or find_root(path), today, indexes, commits
+            )
         except Exception as exc:
             if debug:
                 raise
@@ -127,7 +131,11 @@ def _locate(source: YamlSource, issue: Issue) -> Finding:
 
 
 def _check_one(
-    source: YamlSource, root: Path, today: dt.date, indexes: dict[Path, NodeIndex]
+    source: YamlSource,
+    root: Path,
+    today: dt.date,
+    indexes: dict[Path, NodeIndex],
+    commits: dict[Path, CommitIndex],
 ) -> tuple[list[Finding], Contract | None]:
     issues = schema_issues(source.data)
     if issues:
@@ -136,6 +144,8 @@ def _check_one(
     nodes = indexes.setdefault(root, NodeIndex(root))
     issues = [
         *contract_rules.all_issues(contract, today),
-        *project_rules.all_issues(contract, root, nodes),
+        *project_rules.all_issues(
+            contract, root, nodes, commits.setdefault(root, CommitIndex(root))
+        ),
     ]
     return [_locate(source, i) for i in issues], contract

@@ -65,6 +65,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gates.evidence import portable_path  # noqa: E402 - needs ROOT on sys.path
 from trainer.checkpoint import load, optimizer_state, save  # noqa: E402 - needs ROOT on sys.path
 from trainer.checkpoint.layout import OPTIMIZER_FILE  # noqa: E402
 from trainer.checkpoint.state import TrainingState, config_hash  # noqa: E402
@@ -445,7 +446,8 @@ def _filesystem(directory: Path) -> dict[str, Any]:
             device, mount_point, fs_type, *_ = line.split()
             inside = resolved == mount_point or resolved.startswith(mount_point.rstrip("/") + "/")
             if inside and len(mount_point) >= len(best["mount_point"] or ""):
-                best = {"mount_point": mount_point, "device": device, "type": fs_type}
+                # The device by its name only (vda, not /dev/vda): evidence holds no path.
+                best = {"mount_point": mount_point, "device": Path(device).name, "type": fs_type}
     return {**best, "same_device_as_repo": os.stat(directory).st_dev == os.stat(ROOT).st_dev}
 
 
@@ -632,14 +634,14 @@ def run_benchmark(
             f"{read_chunk_kib} KiB readinto() calls into one buffer",
             "write_chunk_kib": write_chunk_kib,
             "read_chunk_kib": read_chunk_kib,
-            "directory": str(directory),
+            "directory": portable_path(directory, ROOT),
             "filesystem": _filesystem(directory),
             "roundtrip_exact": True,  # checked after every load; a mismatch stops the run
         },
         "cache_eviction": {
             "method": [
                 "fsync + posix_fadvise(POSIX_FADV_DONTNEED) on every file before each read",
-                f"sync; echo 1 > {DROP_CACHES} before each read: {dropping}",
+                f"sync; vm.drop_caches = 1 (sysctl) before each read: {dropping}",
             ],
             "drop_caches": dropping,
             "verified_with": "mincore(2) over every file about to be read",

@@ -35,7 +35,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trainer.model.config import preset  # noqa: E402 - needs ROOT on sys.path
+from gates.evidence import portable_path  # noqa: E402 - needs ROOT on sys.path
+from gates.machine_paths import portable_command  # noqa: E402
+from trainer.model.config import preset  # noqa: E402
 from trainer.runfiles.metrics_file import read_metrics  # noqa: E402
 from trainer.runfiles.names import RUNS_DB_FILE  # noqa: E402
 from trainer.store.identity import new_run_id  # noqa: E402
@@ -130,7 +132,7 @@ def run_benchmark(steps: int, directory: Path | None = None) -> dict[str, Any]:
             "steps": steps,
             "order": "files, store alternating first per step",
             "journal": "WAL, synchronous=NORMAL (trainer/store/db.py)",
-            "directory": str(directory) if directory else tempfile.gettempdir(),
+            "directory": portable_path(Path(directory or tempfile.gettempdir()), ROOT),
         },
         "files": _summary(files_s),
         "store": _summary(store_s),
@@ -148,7 +150,7 @@ def against_run(result: dict[str, Any], run_dir: Path) -> None:
         raise ValueError(f"{run_dir / 'metrics.jsonl'}: no step_s recorded")
     median = statistics.median(step_s)
     result["against_run"] = {
-        "run_dir": str(run_dir),
+        "run_dir": portable_path(Path(run_dir), ROOT),
         "steps": len(step_s),
         "median_step_s": median,
         "store_fraction_of_step": result["store"]["median_us"] / 1e6 / median,
@@ -187,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.against is not None:
         against_run(result, args.against)
     result["captured_at"] = utc_now()
-    result["command"] = " ".join(["python", "tools/bench_store.py", *(argv or sys.argv[1:])])
+    args_shown = portable_command("python", argv or sys.argv[1:], ROOT)[1:]
+    result["command"] = " ".join(["python", "tools/bench_store.py", *args_shown])
     result["host"] = host_info()
     result["git"] = git_info(ROOT)
     if args.out:

@@ -1,6 +1,7 @@
 """Write the artifact of GATE-ARCH-370M-002 and -005: a real 370M checkpoint from the loop.
 
-    python tools/make_370m_checkpoint.py --out runs/gates/arch-370m
+    gates promote GATE-ARCH-370M-002      # rebuilds it (recipe CHECKPOINT_370M) if missing
+    python tools/make_370m_checkpoint.py --out runs/gates/arch-370m          # or by hand:
     gates promote GATE-ARCH-370M-002 --artifact runs/gates/arch-370m/checkpoints/step-00000002
     gates promote GATE-ARCH-370M-005 --artifact runs/gates/arch-370m/checkpoints/step-00000002
 
@@ -12,7 +13,9 @@ the checkpoint directory and its sha256 (gates.evidence.sha256_of, the hash the 
 records). --out is the run's directory (run_manifest.json, metrics.jsonl, checkpoints/);
 nothing is written outside it but the run's line in the run registry, as for every run
 (trainer/store/registry.py). An --out that already holds a run or checkpoints is refused,
-so an artifact is never a mix of two runs.
+so an artifact is never a mix of two runs. The gates' recipe (CHECKPOINT_370M in
+tests/measurements/arch_checkpoint_gates.py) runs this tool into the artifact cache, with
+the run registry in a scratch directory, and selects checkpoints/step-00000002.
 
 Cost on CPU (2 cores): about a minute and 9.4 GB peak memory; the checkpoint is about
 4.5 GB (weights, AdamW moments, RNG state). The run's settings are fixed here (not flags)

@@ -1,11 +1,16 @@
 """Make the artifact the checkpoint gates of C-TRAINING-LOOP are measured on: a small but
 real run of `trainer apply`, with its config, tokenizer and shards beside it.
 
-    python tools/make_loop_run.py --out runs/gates/loop-run
+    gates check GATE-TRAIN-LOOP-012       # rebuilds it into the artifact cache if missing
+    python tools/make_loop_run.py --out runs/gates/loop-run               # or by hand:
     gates promote GATE-TRAIN-LOOP-012 --artifact runs/gates/loop-run      # and -013 .. -016
 
-The directory holds everything a re-measurement needs, so its sha256 (over names and
-contents) pins the whole experiment:
+This is the recipe (gates.recipes) LOOP_RUN in tests/measurements/checkpoint_gates.py names.
+The directory holds everything a re-measurement needs, so its digest pins the whole
+experiment. Every stage runs in the run directory with paths relative to it, so nothing
+written names the directory; what the clock and the host write (timings, created/ended_at,
+run ids, the run store's runs.db) is left out of the digest by the recipe, so two builds,
+in any two directories of one machine, digest the same:
 
     run.yaml       a tiny Llama, 60 steps, a checkpoint every 20 (all kept), evaluation every 20
     tokenizer/     byte-level BPE, V = 512, trained on a few standard-library packages
@@ -31,8 +36,11 @@ MAX_STEPS = 60
 SAVE_INTERVAL = 20
 
 
-def run_config(root: Path) -> str:
-    """The run config, with paths relative to the repository root (where gates run)."""
+def run_config() -> str:
+    """The run config. Its paths are relative to the run directory, where `trainer apply`
+    runs (and where the gates that re-run it run it), so nothing in the artifact names the
+    directory it was built in: two builds in different places are byte-identical where the
+    run is deterministic (see RECIPE in tests/measurements/checkpoint_gates.py)."""
     return "\n".join(
         [
             "# Written by tools/make_loop_run.py: the checkpoint gates' run.",
@@ -46,8 +54,8 @@ def run_config(root: Path) -> str:
             "    num_attention_heads: 2",
             "    num_key_value_heads: 1",
             "data:",
-            f"  shards: {root / 'data'}",
-            f"  tokenizer: {root / 'tokenizer'}",
+            "  shards: data",
+            "  tokenizer: tokenizer",
             "  micro_batch: 4",
             "  seq_len: 64",
             "optimizer:",
@@ -62,7 +70,7 @@ def run_config(root: Path) -> str:
             f"  eval_interval: {SAVE_INTERVAL}",
             f"  save_interval: {SAVE_INTERVAL}",
             "  keep_checkpoints: 3  # all three: every one is a resume point for GATE-012",
-            f"  output_dir: {root / 'train'}",
+            "  output_dir: train",
             "  force_token_budget: true",
             "monitoring:",
             "  log_interval: 10",
@@ -73,11 +81,11 @@ def run_config(root: Path) -> str:
 _TRAINER = "import sys; from trainer.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
-def _cli(*args: str) -> None:
+def _cli(cwd: Path, *args: str) -> None:
     cmd = [sys.executable, "-c", _TRAINER, *args]
     shown = args if len(args) < 12 else (*args[:11], f"... ({len(args) - 11} more)")
     print("+ trainer", " ".join(shown), flush=True)
-    subprocess.run(cmd, check=True)
+    subprocess.run(cmd, check=True, cwd=cwd)
 
 
 def make(out: Path) -> Path:
@@ -86,13 +94,14 @@ def make(out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     inputs = [str(f) for name in PACKAGES for f in sorted((stdlib / name).rglob("*.py"))]
-    _cli("tokenizer", "train", "--vocab-size", str(VOCAB), "--workers", "1",
-         "--out", str(out / "tokenizer"), "--input", *inputs)  # fmt: skip
-    _cli("data", "encode", "--tokenizer", str(out / "tokenizer"), "--out", str(out / "data"),
+    # Every stage runs in the run directory with relative paths: nothing it writes names
+    # the directory (manifests, config_hash), so the artifact's digest does not depend on it.
+    _cli(out, "tokenizer", "train", "--vocab-size", str(VOCAB), "--workers", "1",
+         "--out", "tokenizer", "--input", *inputs)  # fmt: skip
+    _cli(out, "data", "encode", "--tokenizer", "tokenizer", "--out", "data",
          "--workers", "1", "--input", *inputs)  # fmt: skip
-    config = out / "run.yaml"
-    config.write_text(run_config(out) + "\n", encoding="utf-8")
-    _cli("apply", str(config), "--device", "cpu", "--out", str(out / "train"))
+    (out / "run.yaml").write_text(run_config() + "\n", encoding="utf-8")
+    _cli(out, "apply", "run.yaml", "--device", "cpu", "--out", "train")
     return out
 
 
@@ -104,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
     out = make(args.out)
     digest, size = sha256_of(out)
-    print(f"{out}: sha256 {digest} ({size} bytes)")
+    print(f"{out}: sha256 {digest} ({size} bytes; every byte, timings included)")
     return 0
 
 

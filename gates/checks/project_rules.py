@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from gates import files, project, semver
+from gates import files, freshness, machine_paths, project, semver
+from gates.checks import audit_rules
 from gates.contract import Contract, Gate
 from gates.evidence import MAX_EVIDENCE_BYTES, schema_errors
 from gates.evidence import evidence_path as expected_evidence_path
 from gates.findings import Issue
+from gates.git_history import CommitIndex
+from gates.jsonpath import json_path
 from gates.mutants import discover as discover_mutants
 from gates.pytest_nodes import NodeIndex
 
@@ -80,13 +84,14 @@ def ship_blocking_mutants(c: Contract, root: Path) -> Iterator[Issue]:
                 )
 
 
-def evidence_agrees(c: Contract, root: Path) -> Iterator[Issue]:
+def evidence_agrees(c: Contract, root: Path, commits: CommitIndex | None = None) -> Iterator[Issue]:
     """EVIDENCE-*: a gate's status is what its evidence file shows, and nothing more."""
+    commits = commits or CommitIndex(root)
     for gate in c.gates:
-        yield from _gate_evidence(c, gate, root)
+        yield from _gate_evidence(c, gate, root, commits)
 
 
-def _gate_evidence(c: Contract, gate: Gate, root: Path) -> Iterator[Issue]:
+def _gate_evidence(c: Contract, gate: Gate, root: Path, commits: CommitIndex) -> Iterator[Issue]:
     needs = gate.status in ("PASS", "PARTIAL", "FAIL")
     if gate.evidence is None:
         if needs:
@@ -139,6 +144,7 @@ def _gate_evidence(c: Contract, gate: Gate, root: Path) -> Iterator[Issue]:
         yield Issue("EVIDENCE-INVALID", where, f"{gate.evidence}: {errors[0]}{more}", at_key=False)
         return
     yield from evidence_mismatches(c, gate, evidence, where)
+    yield from _evidence_honesty(c, gate, evidence, where, root=root, commits=commits)
 
 
 def evidence_mismatches(c: Contract, gate: Gate, ev: dict, where: tuple) -> Iterator[Issue]:
@@ -164,35 +170,158 @@ def evidence_mismatches(c: Contract, gate: Gate, ev: dict, where: tuple) -> Iter
         yield mismatch(f"records contract version {recorded}, incompatible with {current}")
     if gate.status in ("PASS", "PARTIAL", "FAIL") and ev["verdict"] != gate.status:
         yield mismatch(f"verdict is {ev['verdict']} but the gate says {gate.status}")
-    if ev["threshold"] != gate.threshold.as_dict():
-        yield mismatch(
-            f"was measured against {ev['threshold']}, the gate now says {gate.threshold.as_dict()}"
-        )
+    measured_against = ev.get("thresholds", [ev["threshold"]])
+    wanted = [t.as_dict() for t in gate.thresholds]
+    if ev["threshold"] != wanted[0] or measured_against != wanted:
+        yield mismatch(f"was measured against {measured_against}, the gate now says {wanted}")
     if set(ev["falsification_tests"]) != set(gate.falsification_tests):
         yield mismatch(
             f"covers {sorted(ev['falsification_tests'])}, the gate rests on "
             f"{sorted(gate.falsification_tests)}"
         )
-    measured = ev["measurements"].get(gate.threshold.metric)
-    if measured is None:
-        yield mismatch(f"has no measurement of {gate.threshold.metric}")
+    for t in gate.thresholds:
+        measured = ev["measurements"].get(t.metric)
+        if measured is None:
+            yield mismatch(f"has no measurement of {t.metric}")
+        elif measured["unit"] != t.unit:
+            yield mismatch(
+                f"measures {t.metric} in {measured['unit']}, the threshold is in {t.unit}"
+            )
+        elif ev["verdict"] in ("PASS", "PARTIAL") and not t.holds(measured["value"]):
+            yield mismatch(
+                f"verdict {ev['verdict']} but {t.metric} = {measured['value']:g} misses {t}"
+            )
+
+
+def _evidence_honesty(
+    c: Contract, gate: Gate, ev: dict, where: tuple, *, root: Path, commits: CommitIndex
+) -> Iterator[Issue]:
+    """What a schema-valid evidence record must show about itself, checked without
+    re-measuring anything (issue 19): each rule its own checker, so that removing any one
+    of them is noticed by a fixture."""
+    yield from evidence_tests_passed(c, gate, ev, where)
+    yield from evidence_dirty_overridden(gate, ev, where)
+    yield from evidence_commit_known(gate, ev, where, commits)
+    yield from evidence_artifacts_exist(gate, ev, where, root)
+    yield from evidence_machine_paths(gate, ev, where)
+
+
+def evidence_tests_passed(c: Contract, gate: Gate, ev: dict, where: tuple) -> Iterator[Issue]:
+    """EVIDENCE-TESTS-NOT-PASSED: PASS/PARTIAL evidence records a run of every bound test of
+    the gate, each ``passed``. FAIL evidence may record anything; a test the contract does
+    not bind cannot have run (GATE-UNBOUND-TEST says so)."""
+    if ev["verdict"] not in ("PASS", "PARTIAL"):
         return
-    if measured["unit"] != gate.threshold.unit:
-        yield mismatch(
-            f"measures {gate.threshold.metric} in {measured['unit']}, "
-            f"the threshold is in {gate.threshold.unit}"
-        )
-        return
-    holds = gate.threshold.holds(measured["value"])
-    if ev["verdict"] in ("PASS", "PARTIAL") and not holds:
-        yield mismatch(
-            f"verdict {ev['verdict']} but {gate.threshold.metric} = "
-            f"{measured['value']:g} misses {gate.threshold}"
+    tests = ev.get("tests") or []
+    problems = [
+        f"{t['id']} ({t['node']}) {t['outcome']}" for t in tests if t["outcome"] != "passed"
+    ]
+    recorded = {t["id"] for t in tests}
+    bound = [ref for ref in gate.falsification_tests if (t := c.test(ref)) and t.bound]
+    unrecorded = [ref for ref in bound if ref not in recorded]
+    if not tests:
+        problems.append("no test run is recorded")
+    elif unrecorded:
+        problems.append(f"no run of {', '.join(unrecorded)} is recorded")
+    if problems:
+        yield Issue(
+            "EVIDENCE-TESTS-NOT-PASSED",
+            where,
+            f"{gate.evidence}: verdict {ev['verdict']} but " + "; ".join(problems),
+            at_key=False,
         )
 
 
-def all_issues(c: Contract, root: Path, nodes: NodeIndex) -> Iterator[Issue]:
+def evidence_dirty_overridden(gate: Gate, ev: dict, where: tuple) -> Iterator[Issue]:
+    """EVIDENCE-DIRTY: a measurement over uncommitted changes says why it was allowed."""
+    git = ev["git"]
+    reason = (git.get("dirty_override") or {}).get("reason", "")
+    if git["dirty"] and not reason.strip():
+        yield Issue(
+            "EVIDENCE-DIRTY",
+            where,
+            f"{gate.evidence}: measured over uncommitted changes (git.dirty) with no "
+            "git.dirty_override.reason",
+            at_key=False,
+        )
+
+
+def evidence_commit_known(
+    gate: Gate, ev: dict, where: tuple, commits: CommitIndex
+) -> Iterator[Issue]:
+    """EVIDENCE-COMMIT-UNKNOWN: the recorded commit is in the project's git history. Not
+    checked (no finding) without git, outside a work tree, or in a shallow clone."""
+    sha = ev["git"]["commit"]
+    if commits.exists(sha) is False:
+        yield Issue(
+            "EVIDENCE-COMMIT-UNKNOWN",
+            where,
+            f"{gate.evidence}: git.commit {sha} is not a commit of this repository",
+            at_key=False,
+        )
+
+
+def evidence_artifacts_exist(gate: Gate, ev: dict, where: tuple, root: Path) -> Iterator[Issue]:
+    """EVIDENCE-ARTIFACT-MISSING: an artifact named by path exists under the project root,
+    unless its entry records a recipe that rebuilds it."""
+    base = root.resolve()
+    for i, artifact in enumerate(ev.get("artifacts", [])):
+        path = artifact.get("path")
+        if not path or "recipe" in artifact:
+            continue
+        full = root / path
+        inside = Path(os.path.realpath(full)).is_relative_to(base)
+        if not (inside and os.path.exists(full)):
+            yield Issue(
+                "EVIDENCE-ARTIFACT-MISSING",
+                where,
+                f"{gate.evidence}: {json_path(('artifacts', i, 'path'))} {path} "
+                + ("does not exist" if inside else "is not under the project root")
+                + " and records no recipe",
+                at_key=False,
+            )
+
+
+def evidence_machine_paths(gate: Gate, ev: dict, where: tuple) -> Iterator[Issue]:
+    """EVIDENCE-ABSOLUTE-PATH: no string (or key) of the evidence is an absolute path. The
+    first few are named one by one, the rest counted, so a file full of them is one screen."""
+    found = list(machine_paths.absolute_paths(ev))
+    for i, (at, token) in enumerate(found[:_PATHS_NAMED]):
+        more = len(found) - _PATHS_NAMED
+        yield Issue(
+            "EVIDENCE-ABSOLUTE-PATH",
+            where,
+            f"{gate.evidence}: {json_path(at)} records the absolute path {token}"
+            + (f" (and {more} more)" if more > 0 and i == _PATHS_NAMED - 1 else ""),
+            at_key=False,
+        )
+
+
+#: How many absolute paths of one evidence file EVIDENCE-ABSOLUTE-PATH names one by one.
+_PATHS_NAMED = 3
+
+
+def evidence_fresh(c: Contract, root: Path) -> Iterator[Issue]:
+    """EVIDENCE-STALE: a PASS/PARTIAL gate's evidence still hashes the same source files
+    (gates.freshness); the finding sits at the gate's status. Unreadable or invalid
+    evidence is left to the EVIDENCE-* rules above."""
+    for gate in c.gates:
+        why = freshness.gate_staleness(root, gate)
+        if why is not None:
+            yield Issue(
+                "EVIDENCE-STALE",
+                (*gate.where, "status"),
+                f"{gate.id} is {gate.status} on stale evidence {gate.evidence}: {why}",
+                at_key=False,
+            )
+
+
+def all_issues(
+    c: Contract, root: Path, nodes: NodeIndex, commits: CommitIndex | None = None
+) -> Iterator[Issue]:
     yield from bound_tests_exist(c, nodes)
     yield from ship_blocking_marked(c, nodes)
     yield from ship_blocking_mutants(c, root)
-    yield from evidence_agrees(c, root)
+    yield from evidence_agrees(c, root, commits)
+    yield from evidence_fresh(c, root)
+    yield from audit_rules.audit_agrees(c, root)

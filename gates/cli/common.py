@@ -10,6 +10,7 @@ from pathlib import Path
 
 from gates import exit_codes
 from gates.contract import Contract
+from gates.machine_paths import portable_command
 from gates.promotion import RefusedError
 from gates.render import render
 from gates.schema import did_you_mean
@@ -106,13 +107,6 @@ def run_guarded(prog: str, fn: Callable[[], int], debug: bool) -> int:
 
 def recorded_command(prog: str, root: Path) -> list[str]:
     """The command line as evidence records it: the program by name, never the absolute path
-    of one machine's executable, and paths under the project root relative to it."""
-    resolved_root = root.resolve()
-
-    def portable(arg: str) -> str:
-        path = Path(arg)
-        if path.is_absolute() and path.resolve().is_relative_to(resolved_root):
-            return str(path.resolve().relative_to(resolved_root))
-        return arg
-
-    return [prog, *(portable(a) for a in sys.argv[1:])]
+    of one machine's executable; paths under the project root relative to it, absolute
+    paths outside it as ``…/<name>`` (gates.machine_paths.portable_command)."""
+    return portable_command(prog, sys.argv[1:], root)

@@ -9,10 +9,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
-from gates import __version__, evidence, exit_codes
+from gates import __version__, attestation, evidence, exit_codes, files
 from gates.cli import gates_audit, gates_promotion, gates_report
-from gates.cli.common import add_contract_arguments, require_known, run_guarded, valid_contracts
+from gates.cli.common import (
+    UsageError,
+    add_contract_arguments,
+    require_known,
+    run_guarded,
+    valid_contracts,
+)
 from gates.contract import SHIP_STATUSES, Contract, Gate
 from gates.validate import find_root
 
@@ -29,7 +36,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     ]
     for c, g in rows:
         flag = "ship-blocking" if g.ship_blocking else "-"
-        print(f"{g.id:<26} {g.status:<8} {flag:<13} {c.id:<24} {g.threshold}")
+        print(f"{g.id:<26} {g.status:<8} {flag:<13} {c.id:<24} {g.thresholds_text()}")
     return exit_codes.OK
 
 
@@ -64,6 +71,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         "ship_blocking": g.ship_blocking,
         "rule": g.rule,
         "threshold": g.threshold.as_dict(),
+        "thresholds": [t.as_dict() for t in g.thresholds],
         "falsification_tests": [
             {"id": t.id, "status": t.status, "test": t.test, "mutants": [m.id for m in t.mutants]}
             for t in (c.test(ref) for ref in g.falsification_tests)
@@ -81,7 +89,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"{g.id}  [{g.status}]{'  ship-blocking' if g.ship_blocking else ''}")
     print(f"  contract:  {c.id} {c.metadata.version} ({c.path})")
     print(f"  rule:      {' '.join(g.rule.split())}")
-    print(f"  threshold: {g.threshold}")
+    print(f"  threshold: {g.thresholds_text()}")
     for t in info["falsification_tests"]:
         print(f"  test:      {t['id']} [{t['status']}] {t['test'] or ''}")
     print(f"  evidence:  {g.evidence or 'none'}")
@@ -93,6 +101,26 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"  blocks on: {item}")
     for e in history:
         print(f"  history:   {e.version} {e.date}: {' '.join(e.text.split())}")
+    return exit_codes.OK
+
+
+def cmd_attest(args: argparse.Namespace) -> int:
+    """The gate's current evidence as an in-toto Statement (gates.attestation)."""
+    contracts = valid_contracts(args, "gates")
+    c, g = gates_promotion.find_gate(contracts, args.gate)
+    if not g.evidence:
+        raise UsageError(f"{g.id} is {g.status} and has no evidence to attest")
+    try:
+        record = evidence.load(find_root(c.path) / g.evidence)
+        text = json.dumps(attestation.statement(record), indent=2) + "\n"
+    except (evidence.EvidenceError, ValueError) as exc:
+        print(f"gates: {exc}", file=sys.stderr)
+        return exit_codes.FINDINGS
+    if args.out:
+        files.atomic_write_bytes(args.out, text.encode())
+        print(f"in-toto Statement of {g.id} written to {args.out}")
+    else:
+        sys.stdout.write(text)
     return exit_codes.OK
 
 
@@ -111,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     add_contract_arguments(p, flag=True)
     p.set_defaults(run=cmd_show)
+    p = sub.add_parser("attest", help="print a gate's evidence as an in-toto Statement")
+    p.add_argument("gate", metavar="GATE")
+    p.add_argument("--out", type=Path, help="write the Statement JSON here")
+    add_contract_arguments(p, flag=True)
+    p.set_defaults(run=cmd_attest)
     gates_promotion.add_parsers(sub, add_contract_arguments)
     gates_audit.add_parser(sub, add_contract_arguments)
     gates_report.add_parser(sub, add_contract_arguments)

@@ -1,7 +1,7 @@
 """`gates audit` — every bound falsification test must pass on the real code and fail, on an
 assertion, under each of its named mutants; a mutant whose seams do not hold is not run.
 
-    gates audit [--contract C] [--gate G] [--out runs/audit/audit.json] [--files FILE...]
+    gates audit [--contract C] [--gate G] [--out evidence/audit/audit.json] [--files FILE...]
 
 Exit 0 when every run is as it must be, 1 otherwise (a survivor, a crash, a broken seam)."""
 

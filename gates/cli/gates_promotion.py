@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
-from gates import exit_codes, files, promotion
-from gates.cli.common import recorded_command, require_known, valid_contracts
+from gates import exit_codes, files, freshness, promotion
+from gates.cli.common import UsageError, recorded_command, require_known, valid_contracts
 from gates.contract import Contract, Gate
 from gates.validate import find_root
 
@@ -46,17 +49,24 @@ def _print_check(result: promotion.CheckResult) -> None:
     print(f"{ev['gate']}: {result.verdict}")
     for name, m in ev["measurements"].items():
         print(f"  {name} = {m['value']:g} {m['unit']}")
-    t = ev["threshold"]
-    print(f"  threshold: {t['metric']} {t['comparator']} {t['value']:g} {t['unit']}")
+    for t in ev.get("thresholds", [ev["threshold"]]):
+        print(f"  threshold: {t['metric']} {t['comparator']} {t['value']:g} {t['unit']}")
     for test in ev.get("tests", []):
         print(f"  test {test['id']}: {test['outcome']} ({test['seconds']:.1f} s)")
     for a in ev["artifacts"]:
-        print(f"  artifact {a['path']} sha256:{a['sha256'][:16]}… {a['bytes']} bytes")
+        where = a.get("path") or f"{a.get('name', '')} (cache or outside the project)"
+        print(f"  artifact {where} sha256:{a['sha256'][:16]}… {a['bytes']} bytes")
+    for notice in result.notices:
+        print(f"  note: {notice}")
     for reason in result.reasons:
         print(f"  ! {reason}")
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    if args.ship_blocking:
+        return cmd_check_ship_blocking(args)
+    if args.gate is None:
+        raise UsageError("name the GATE to check, or pass --ship-blocking")
     root, contract, gate = _target(args)
     result = promotion.check(
         root,
@@ -64,7 +74,6 @@ def cmd_check(args: argparse.Namespace) -> int:
         gate,
         args.artifact,
         command=recorded_command("gates", root),
-        allow_dirty=True,
     )
     _print_check(result)
     if args.out:
@@ -73,7 +82,48 @@ def cmd_check(args: argparse.Namespace) -> int:
     return exit_codes.OK if result.verdict in ("PASS", "PARTIAL") else exit_codes.FINDINGS
 
 
+def cmd_check_ship_blocking(args: argparse.Namespace) -> int:
+    """`gates check --ship-blocking`: re-measure every ship-blocking gate (what CI runs at
+    HEAD), each in a fresh `gates check` process, writing nothing; fails unless every one
+    is PASS. A missing artifact is rebuilt from its recipe into the cache (gates.recipes)."""
+    if args.gate is not None or args.artifact or args.out:
+        raise UsageError("--ship-blocking checks every such gate: drop GATE, --artifact, --out")
+    contracts = valid_contracts(args, "gates")
+    blocking = [(c, g) for c in contracts for g in c.gates if g.ship_blocking]
+    results: list[tuple[str, str, float]] = []
+    with tempfile.TemporaryDirectory(prefix="shipgate-check-") as tmp:
+        for c, g in blocking:
+            out = Path(tmp) / f"{g.id}.json"
+            cmd = [sys.executable, "-m", "gates.cli.gates", "check", g.id, "--out", str(out)]
+            cmd += ["--files", str(c.path)] + (["--root", str(args.root)] if args.root else [])
+            print(f"== gates check {g.id}", flush=True)
+            start = time.perf_counter()
+            proc = subprocess.run(cmd, check=False)  # its report streams to this terminal
+            seconds = time.perf_counter() - start
+            verdict = f"refused (exit {proc.returncode})"
+            if out.is_file():  # written whatever the verdict; absent when refused
+                verdict = json.loads(out.read_text(encoding="utf-8"))["verdict"]
+            results.append((g.id, verdict, seconds))
+    print(f"\n{'gate':<28} {'verdict':<10} {'seconds':>8}")
+    for gate_id, verdict, seconds in results:
+        print(f"{gate_id:<28} {verdict:<10} {seconds:>8.1f}")
+    failed = [gate_id for gate_id, verdict, _ in results if verdict != "PASS"]
+    total = sum(seconds for _, _, seconds in results)
+    print(
+        f"ship-blocking gates re-measured: {len(results) - len(failed)} of {len(results)} PASS "
+        f"in {total:.0f} s" + (f"; not PASS: {', '.join(failed)}" if failed else "")
+    )
+    return exit_codes.FINDINGS if failed else exit_codes.OK
+
+
 def cmd_promote(args: argparse.Namespace) -> int:
+    if args.stale:
+        return cmd_promote_stale(args)
+    if args.dry_run:
+        raise UsageError("--dry-run goes with --stale")
+    if args.gate is None:
+        raise UsageError("name the GATE to promote, or pass --stale")
+    args.to = args.to or "PASS"
     root, contract, gate = _target(args)
     result = promotion.promote(
         root,
@@ -93,6 +143,48 @@ def cmd_promote(args: argparse.Namespace) -> int:
     return exit_codes.OK
 
 
+def cmd_promote_stale(args: argparse.Namespace) -> int:
+    """`gates promote --stale`: re-promote, to its current status, every PASS/PARTIAL gate
+    whose evidence is stale (gates.freshness), each in a fresh `gates promote` process: a
+    module an earlier gate imported in this process would not be opened, so not traced,
+    again (gates.trace)."""
+    if args.gate is not None or args.artifact or args.to:
+        raise UsageError(
+            "--stale re-promotes every stale gate to its status: drop GATE, --artifact and --to"
+        )
+    contracts = valid_contracts(args, "gates")
+    stale = [
+        (c, g, why)
+        for c in contracts
+        for g in c.gates
+        if (why := freshness.gate_staleness(args.root or find_root(c.path), g)) is not None
+    ]
+    if not stale:
+        print("no gate is stale")
+        return exit_codes.OK
+    failed = 0
+    for c, g, why in stale:
+        if args.dry_run:
+            print(f"{g.id}: {g.status}, stale: {why}")
+            continue
+        cmd = [sys.executable, "-m", "gates.cli.gates", "promote", g.id, "--to", g.status]
+        cmd += ["--files", str(c.path)]
+        cmd += ["--root", str(args.root)] if args.root else []
+        cmd += ["--allow-dirty", args.allow_dirty] if args.allow_dirty else []
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode == 0:
+            print(f"{g.id}: re-promoted to {g.status} (was stale: {why})", flush=True)
+            continue
+        failed += 1
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        print(f"{g.id}: FAILED (exit {proc.returncode}): {lines[-1] if lines else ''}", flush=True)
+        print("\n".join(f"  {line}" for line in lines[-20:]), file=sys.stderr, flush=True)
+    if failed:
+        print(f"{failed} of {len(stale)} stale gates could not be re-promoted", file=sys.stderr)
+        return exit_codes.FINDINGS
+    return exit_codes.OK
+
+
 def cmd_demote(args: argparse.Namespace) -> int:
     root, contract, gate = _target(args)
     version = promotion.demote(root, contract.path, gate.id, args.reason)
@@ -106,9 +198,15 @@ def add_parsers(sub: argparse._SubParsersAction, add_contract_arguments) -> None
         help="run a gate's tests and measurement; write nothing "
         "to the contract (evidence only with --out)",
     )
-    p.add_argument("gate", metavar="GATE")
+    p.add_argument("gate", metavar="GATE", nargs="?")
     p.add_argument("--artifact", action="append", type=Path, default=[], metavar="PATH")
     p.add_argument("--out", type=Path, help="write the evidence JSON here")
+    p.add_argument(
+        "--ship-blocking",
+        action="store_true",
+        help="instead of one GATE: re-measure every ship-blocking gate, each in its own "
+        "process; fails unless all PASS (CI runs this at HEAD)",
+    )
     add_contract_arguments(p, flag=True)
     p.set_defaults(run=cmd_check)
 
@@ -117,14 +215,22 @@ def add_parsers(sub: argparse._SubParsersAction, add_contract_arguments) -> None
         help="re-measure a gate, write its evidence and update the "
         "contract (status, version, changelog)",
     )
-    p.add_argument("gate", metavar="GATE")
+    p.add_argument("gate", metavar="GATE", nargs="?")
     p.add_argument("--artifact", action="append", type=Path, default=[], metavar="PATH")
-    p.add_argument("--to", choices=("PASS", "PARTIAL"), default="PASS")
+    p.add_argument("--to", choices=("PASS", "PARTIAL"), default=None, help="default: PASS")
+    p.add_argument(
+        "--stale",
+        action="store_true",
+        help="instead of one GATE: re-promote every PASS/PARTIAL gate whose evidence is stale "
+        "(`pv validate`: EVIDENCE-STALE) to its status, each in its own process",
+    )
+    p.add_argument("--dry-run", action="store_true", help="with --stale: list them, run nothing")
     p.add_argument(
         "--allow-dirty",
-        action="store_true",
-        help="promote despite uncommitted changes to the code under test "
-        "(recorded in the evidence as dirty_override)",
+        metavar="REASON",
+        default=None,
+        help="promote despite uncommitted changes in the project, saying why "
+        "(recorded in the evidence as git.dirty_override.reason)",
     )
     add_contract_arguments(p, flag=True)
     p.set_defaults(run=cmd_promote)

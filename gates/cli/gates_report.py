@@ -4,9 +4,9 @@ Every contract, invariant, falsification test (each mutant with its audit verdic
 (threshold against the measured value, evidence, artifacts) on one static, self-contained page.
 
     gates report --out report.html                       # contracts/*.yaml, evidence/
-    gates report --out report.html --audit runs/audit/audit.json --plot runs/demo/plots/loss.svg
+    gates report --out report.html --audit evidence/audit/audit.json --plot runs/demo/plots/loss.svg
 
-Without --audit, runs/audit/audit.json under the project root is read when it exists (the page
+Without --audit, evidence/audit/audit.json under the project root is read when it exists (the page
 says so); otherwise every mutant shows "not audited". The same inputs give the same bytes.
 
 Exit status: 0 written; 1 the contracts do not validate, an evidence, audit or plot file is

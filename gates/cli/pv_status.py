@@ -1,13 +1,20 @@
-"""`pv status` — gates by status per contract, and what still blocks a ship."""
+"""`pv status` — gates by status per contract, and what still blocks a ship.
+
+STALE counts the PASS/PARTIAL gates whose evidence no longer matches the source files it
+records (gates.freshness; `pv validate` reports each as EVIDENCE-STALE): they are counted
+under their status too, and a stale ship-blocking gate is not ship-ready.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
-from gates import exit_codes
+from gates import exit_codes, freshness
 from gates.cli.common import add_contract_arguments, valid_contracts
 from gates.contract import SHIP_STATUSES, Contract
+from gates.validate import find_root
 
 SUMMARY = "show gates by status; --require-ship-ready fails while a ship-blocking gate is open"
 
@@ -19,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--require-ship-ready",
         action="store_true",
-        help="exit 1 unless every ship-blocking gate is PASS",
+        help="exit 1 unless every ship-blocking gate is PASS on fresh evidence",
     )
     p.set_defaults(run=run)
 
@@ -33,7 +40,28 @@ def outstanding(contracts: list[Contract]) -> list[tuple[Contract, str, str]]:
     ]
 
 
-def status_json(contracts: list[Contract]) -> dict:
+#: gate id → why its evidence is stale (gates.freshness.describe)
+Staleness = dict[str, str]
+
+
+def staleness(contracts: list[Contract], root: Path | None = None) -> Staleness:
+    """Why each stale PASS/PARTIAL gate is stale; fresh gates are absent."""
+    out: Staleness = {}
+    for c in contracts:
+        project = root or find_root(c.path)
+        for g in c.gates:
+            why = freshness.gate_staleness(project, g)
+            if why is not None:
+                out[g.id] = why
+    return out
+
+
+def stale_blocking(contracts: list[Contract], stale: Staleness) -> list[tuple[Contract, str]]:
+    return [(c, g.id) for c in contracts for g in c.gates if g.ship_blocking and g.id in stale]
+
+
+def status_json(contracts: list[Contract], stale: Staleness | None = None) -> dict:
+    stale = stale or {}
     return {
         "contracts": [
             {
@@ -41,13 +69,17 @@ def status_json(contracts: list[Contract]) -> dict:
                 "version": c.metadata.version,
                 "status": c.metadata.status,
                 "file": str(c.path),
-                "counts": {s: sum(g.status == s for g in c.gates) for s in SHIP_STATUSES},
+                "counts": {
+                    **{s: sum(g.status == s for g in c.gates) for s in SHIP_STATUSES},
+                    "STALE": sum(g.id in stale for g in c.gates),
+                },
                 "gates": [
                     {
                         "id": g.id,
                         "status": g.status,
                         "ship_blocking": g.ship_blocking,
-                        "threshold": str(g.threshold),
+                        "threshold": g.thresholds_text(),
+                        "stale": stale.get(g.id),
                     }
                     for g in c.gates
                 ],
@@ -55,32 +87,41 @@ def status_json(contracts: list[Contract]) -> dict:
             for c in contracts
         ],
         "ship_blocking_outstanding": [gid for _, gid, _ in outstanding(contracts)],
+        "ship_blocking_stale": [gid for _, gid in stale_blocking(contracts, stale)],
     }
 
 
-def status_text(contracts: list[Contract]) -> str:
+def status_text(contracts: list[Contract], stale: Staleness | None = None) -> str:
+    stale = stale or {}
     lines = []
     for c in contracts:
         counts = "  ".join(f"{s} {sum(g.status == s for g in c.gates)}" for s in SHIP_STATUSES)
+        counts += f"  STALE {sum(g.id in stale for g in c.gates)}"
         lines.append(f"{c.id} {c.metadata.version} [{c.metadata.status}]  {c.path}")
         lines.append(f"  {counts}")
         for g in c.gates:
             flag = "ship-blocking" if g.ship_blocking else ""
-            lines.append(f"  {g.status:<8} {g.id:<26} {flag:<13} {g.threshold}")
+            lines.append(f"  {g.status:<8} {g.id:<26} {flag:<13} {g.thresholds_text()}")
+            if g.id in stale:
+                lines.append(f"  {'':<8} STALE: {stale[g.id]}")
     open_gates = outstanding(contracts)
     total = sum(g.ship_blocking for c in contracts for g in c.gates)
-    lines.append(f"ship-blocking gates: {total - len(open_gates)} of {total} PASS")
+    stale_gates = stale_blocking(contracts, stale)
+    on_stale = f", {len(stale_gates)} of them on stale evidence" if stale_gates else ""
+    lines.append(f"ship-blocking gates: {total - len(open_gates)} of {total} PASS{on_stale}")
     lines.extend(f"  outstanding: {gid} ({status}) in {c.id}" for c, gid, status in open_gates)
+    lines.extend(f"  stale: {gid} in {c.id}: {stale[gid]}" for c, gid in stale_gates)
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
     contracts = valid_contracts(args, "pv status")
+    stale = staleness(contracts, args.root)
     print(
-        json.dumps(status_json(contracts), indent=2)
+        json.dumps(status_json(contracts, stale), indent=2)
         if args.format == "json"
-        else status_text(contracts)
+        else status_text(contracts, stale)
     )
-    if args.require_ship_ready and outstanding(contracts):
+    if args.require_ship_ready and (outstanding(contracts) or stale_blocking(contracts, stale)):
         return exit_codes.FINDINGS
     return exit_codes.OK

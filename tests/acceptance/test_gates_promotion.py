@@ -97,7 +97,9 @@ def test_promote_then_demote_changes_exactly_the_intended_lines(project):
     assert record["verdict"] == "PASS"
     assert record["contract"] == {"id": "C-WIDGET", "version": "1.1.0"}
     assert record["measurements"]["line_count"] == {"value": 5, "unit": "lines"}
-    assert record["artifacts"] == [evidence.file_ref(art, root).as_dict()]
+    # Outside the project root: recorded by name and digest, never by a machine's path.
+    digest, size = evidence.sha256_of(art)
+    assert record["artifacts"] == [{"name": "artifact.txt", "sha256": digest, "bytes": size}]
     assert [t["outcome"] for t in record["tests"]] == ["passed"]
     assert record["git"]["dirty"] is False
     assert validate([contract], today=TODAY).report.findings == []
@@ -130,7 +132,7 @@ def test_promotion_refuses_when_a_bound_test_fails(project):
     before = _snapshot(root, contract)
     (root / "widget.py").write_text("def count_lines(path):\n    return 0\n")
     with pytest.raises(promotion.RefusedError, match=r"FALSIFY-WIDGET-001 .* failed"):
-        promote(root, contract, artifact(root, 5), allow_dirty=True)
+        promote(root, contract, artifact(root, 5), allow_dirty="testing a broken widget")
     assert _snapshot(root, contract) == before
 
 
@@ -143,9 +145,16 @@ def test_promotion_refuses_uncommitted_code_unless_overridden_and_recorded(proje
     with pytest.raises(promotion.RefusedError, match="uncommitted changes"):
         promote(root, contract, artifact(root, 5))
     assert _snapshot(root, contract) == before
-    promote(root, contract, artifact(root, 5), allow_dirty=True)
+    with pytest.raises(promotion.RefusedError, match="must say why"):
+        promote(root, contract, artifact(root, 5), allow_dirty="  ")
+    assert _snapshot(root, contract) == before
+    promote(root, contract, artifact(root, 5), allow_dirty="a comment, not code")
     record = json.loads((root / EVIDENCE).read_text())
-    assert record["git"] == {**record["git"], "dirty": True, "dirty_override": True}
+    assert record["git"] == {
+        **record["git"],
+        "dirty": True,
+        "dirty_override": {"reason": "a comment, not code"},
+    }
 
 
 @pytest.mark.parametrize(
@@ -165,7 +174,9 @@ def test_promotion_refuses_a_missing_or_wrong_kind_artifact(project, make, messa
 
 def test_remeasuring_uses_the_recorded_artifact_and_refuses_a_changed_one(project):
     root, contract = project
-    art = artifact(root, 5)
+    art = root / "runs" / "artifact.txt"  # under the root (git-ignored): recorded by path
+    art.parent.mkdir()
+    art.write_text("".join(f"line {i}\n" for i in range(5)))
     promote(root, contract, art)
     # Re-check without --artifact: the evidence's artifact, verified by sha256.
     c = validate([contract], today=TODAY).contracts[0]
@@ -204,7 +215,7 @@ def test_a_contract_that_fails_pv_validate_is_refused(project):
         contract.read_text().replace("  kind: tooling\n", "  kind: tooling\n  kindd: x\n")
     )
     with pytest.raises(promotion.RefusedError, match="SCHEMA-UNKNOWN-KEY"):
-        promote(root, contract, artifact(root, 5), allow_dirty=True)
+        promote(root, contract, artifact(root, 5), allow_dirty="an invalid contract")
 
 
 def test_corrupt_evidence_is_a_clear_refusal(project):

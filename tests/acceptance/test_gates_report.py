@@ -78,7 +78,7 @@ def test_a_report_is_written_and_a_rerun_gives_the_same_bytes(
     assert MARKER in first.decode()
     (href,) = [a["href"] for t, a in page.tags if t == "a" and "data-evidence" in a]
     assert (out.parent / str(href)).resolve() == project / "evidence/C-DEMO/GATE-DEMO-001.json"
-    assert "not audited: no --audit given and no runs/audit/audit.json" in first.decode()
+    assert "not audited: no --audit given and no evidence/audit/audit.json" in first.decode()
 
     monkeypatch.chdir(tmp_path)
     assert report(project, out) == 0, "our own page is replaced"
@@ -87,7 +87,7 @@ def test_a_report_is_written_and_a_rerun_gives_the_same_bytes(
 
 
 def test_the_default_audit_is_read_and_the_page_says_so(project, tmp_path):
-    default = project / "runs" / "audit" / "audit.json"
+    default = project / "evidence" / "audit" / "audit.json"
     default.parent.mkdir(parents=True)
     write_json(default, demo_audit())
     out = tmp_path / "report.html"
@@ -133,10 +133,16 @@ def test_a_bad_audit_file_is_named_and_nothing_is_written(project, tmp_path, cap
 
 @pytest.mark.parametrize(("content", "why"), BAD_AUDITS[:3])
 def test_a_bad_default_audit_file_is_an_error_too(project, tmp_path, capsys, content, why):
-    audit = project / "runs" / "audit" / "audit.json"
+    """At its default place the audit is committed evidence, so pv (which the report runs
+    first) refuses it already: AUDIT-INVALID, naming the file and why; no page."""
+    audit = project / "evidence" / "audit" / "audit.json"
     audit.parent.mkdir(parents=True)
     audit.write_bytes(content)
-    _refused(project, tmp_path, capsys, audit, why)
+    out = tmp_path / "site" / "report.html"
+    assert report(project, out) == 1
+    err = capsys.readouterr().err
+    assert "AUDIT-INVALID" in err and f"audit file {audit}" in err and why in err
+    assert not out.exists()
 
 
 def test_a_bad_audit_leaves_the_previous_page_as_it_was(project, tmp_path, capsys):

@@ -42,7 +42,9 @@ def test_every_error_rule_has_an_invalid_fixture():
     covered = {rule for case in INVALID_CASES for _, rule, _ in expected_findings(case)}
     # File-level rules need bytes (or, for FILE-NOT-REGULAR, a FIFO or a symlink) a YAML
     # fixture cannot hold; test_pv_cli and test_pv_special_files cover them.
-    # PV-INTERNAL is a bug in pv and has no fixture by design.
+    # PV-INTERNAL is a bug in pv and has no fixture by design. AUDIT-INVALID needs a broken
+    # audit file, and the fixture project holds one valid audit for every case:
+    # tests/unit/gates/test_audit_rules.py covers it.
     elsewhere = {
         "FILE-EMPTY",
         "FILE-BINARY",
@@ -50,6 +52,7 @@ def test_every_error_rule_has_an_invalid_fixture():
         "FILE-TOO-LARGE",
         "FILE-NOT-REGULAR",
         "PV-INTERNAL",
+        "AUDIT-INVALID",
     }
     missing = set(RULES) - covered - elsewhere
     assert not missing, f"rules without an invalid fixture: {sorted(missing)}"

@@ -113,6 +113,7 @@ def build(root: Path) -> Path:
     (root / "tests" / "mutants").mkdir(parents=True)
     (root / "contracts").mkdir()
     (root / "pyproject.toml").write_text("# widget fixture project\n")
+    (root / ".gitignore").write_text("runs/\n.cache/\n")  # artifacts and their cache
     (root / "conftest.py").write_text("# puts the project root on sys.path for mutants\n")
     (root / "widget.py").write_text(WIDGET)
     (root / "tests" / "test_widget.py").write_text(TEST)

@@ -1,7 +1,7 @@
 """Measurements of C-LLAMA-370M-SOVEREIGN's checkpoint and export gates, on a real checkpoint.
 
-    python tools/make_370m_checkpoint.py --out runs/gates/arch-370m
-    gates promote GATE-ARCH-370M-002 --artifact runs/gates/arch-370m/checkpoints/step-00000002
+    gates promote GATE-ARCH-370M-002     # rebuilds the checkpoint (CHECKPOINT_370M) if missing
+    python tools/make_370m_checkpoint.py --out runs/gates/arch-370m          # or by hand:
     gates promote GATE-ARCH-370M-005 --artifact runs/gates/arch-370m/checkpoints/step-00000002
 
 GATE-ARCH-370M-002 (FALSIFY-ARCH-370M-010) counts failed checks on a checkpoint the
@@ -44,6 +44,24 @@ from typing import Any
 
 from gates.files import sha256_file
 from gates.measure import GateContext, Measurement, measures
+from gates.recipes import Recipe
+
+#: How the checkpoint of GATE-ARCH-370M-002/-004/-005 is rebuilt (gates.recipes): the
+#: tool's run directory, of which the step-2 checkpoint is the artifact.
+CHECKPOINT_370M = Recipe(
+    command=("python", "tools/make_370m_checkpoint.py", "--out", "{out}"),
+    select="checkpoints/step-00000002",
+    name="arch-370m",
+    seed=0,  # SEED and DATA_SEED of the tool
+    bitwise_across_machines=False,
+    why_not_bitwise=(
+        "float32 training on CPU: the weights after two AdamW steps depend on the torch "
+        "build and the CPU's kernels (AVX2 vs AVX-512); a machine of the same kind with the "
+        "same packages rebuilds it bit for bit"
+    ),
+    env={"SHIPGATE_HOME": "{scratch}"},  # the run registry: not the user's
+    timeout_s=1800,
+)
 
 VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, INNER = 50257, 1024, 24, 16, 4, 64, 2816
 PARAMETERS = 373_509_120
@@ -549,7 +567,12 @@ def checkpoint_checks(
     return results, facts
 
 
-@measures("GATE-ARCH-370M-002", artifact="checkpoint directory", check=is_checkpoint_dir)
+@measures(
+    "GATE-ARCH-370M-002",
+    artifact="checkpoint directory",
+    check=is_checkpoint_dir,
+    recipe=CHECKPOINT_370M,
+)
 def checkpoint_passes_checks(ctx: GateContext) -> Measurement:
     expected = contract_370m()
     checks, facts, failed = {}, {}, []
@@ -643,7 +666,12 @@ def export_mismatch(root: Path, checkpoint: Path, expected: Expected) -> dict[st
     }
 
 
-@measures("GATE-ARCH-370M-005", artifact="checkpoint directory", check=is_checkpoint_dir)
+@measures(
+    "GATE-ARCH-370M-005",
+    artifact="checkpoint directory",
+    check=is_checkpoint_dir,
+    recipe=CHECKPOINT_370M,
+)
 def export_holds_every_byte(ctx: GateContext) -> Measurement:
     expected = contract_370m()
     results = [export_mismatch(ctx.root, path, expected) for path in ctx.artifacts]
@@ -688,7 +716,12 @@ def export_holds_every_byte(ctx: GateContext) -> Measurement:
 LOGIT_PROMPTS, LOGIT_PROMPT_LEN = 8, 64  # FALSIFY-ARCH-370M-012
 
 
-@measures("GATE-ARCH-370M-004", artifact="checkpoint directory", check=is_checkpoint_dir)
+@measures(
+    "GATE-ARCH-370M-004",
+    artifact="checkpoint directory",
+    check=is_checkpoint_dir,
+    recipe=CHECKPOINT_370M,
+)
 def export_logits_vs_transformers(ctx: GateContext) -> Measurement:
     """`trainer export` of the checkpoint, loaded by transformers.LlamaForCausalLM from
     its own config.json, against our model loaded from the checkpoint: max |logit diff|

@@ -399,29 +399,50 @@ def mismatched_vocab_pairs(ctx: GateContext) -> Measurement:
 
     model_rows = build_model(preset("370m"), device="meta").model.embed_tokens.num_embeddings
 
-    def accepted(model_vocab: int, tokenizer: Path) -> bool:
+    def verdict(model_vocab: int, tokenizer: Path) -> tuple[str, str]:
+        """("accepted", "") or (the refusal's kind: "refused" for VocabMismatchError or
+        TokenizerFileError, "crash" for any other exception; its message)."""
         try:
             check_vocab_agreement(model_vocab, tokenizer_vocab_size(tokenizer))
-        except (VocabMismatchError, TokenizerFileError):
-            return False
-        return True
+        except (VocabMismatchError, TokenizerFileError) as exc:
+            return "refused", str(exc)
+        except Exception as exc:  # a crash is not the documented refusal
+            return "crash", f"{type(exc).__name__}: {exc}"
+        return "accepted", ""
 
     with tempfile.TemporaryDirectory() as tmp:
         full = _write_tokenizer(Path(tmp) / "full", list(range(VOCAB)))
         gapped = _write_tokenizer(
             Path(tmp) / "gapped", [i for i in range(VOCAB + 1) if i != GAP_ID]
         )
-        mismatched = [(v, full) for v in MISMATCHED_MODEL_VOCABS] + [
-            (VOCAB, gapped),
-            (VOCAB + 1, gapped),
+        # (model vocab, tokenizer, the numbers a documented refusal names): both sizes, or
+        # for the gapped tokenizer the missing id and the highest id.
+        mismatched = [(v, full, (v, VOCAB)) for v in MISMATCHED_MODEL_VOCABS] + [
+            (VOCAB, gapped, (GAP_ID, VOCAB)),
+            (VOCAB + 1, gapped, (GAP_ID, VOCAB)),
         ]
-        wrongly_accepted = [f"{v} / {t.name}" for v, t in mismatched if accepted(v, t)]
-        matched_refused = 0 if accepted(model_rows, full) else 1
+        wrongly_accepted, crashed, unnamed = [], [], []
+        for v, t, numbers in mismatched:
+            kind, message = verdict(v, t)
+            pair = f"{v} / {t.name}"
+            if kind == "accepted":
+                wrongly_accepted.append(pair)
+            elif kind == "crash":
+                crashed.append(f"{pair}: {message}")
+            elif not all(str(n) in message for n in numbers):
+                unnamed.append(f"{pair}: {message}")
+        matched_kind, matched_message = verdict(model_rows, full)
+        matched_refused = int(matched_kind != "accepted")
     return Measurement(
         values={
             "mismatched_pairs_accepted": (len(wrongly_accepted), "pairs"),
             "mismatched_pairs_checked": (len(mismatched), "pairs"),
+            # The other side: the matched pair refused (for any reason, a crash included).
             "matched_pairs_refused": (matched_refused, "pairs"),
+            # A refusal must be the documented one: VocabMismatchError/TokenizerFileError
+            # naming both numbers. Any other exception is a crash, not a refusal.
+            "refusals_by_crash": (len(crashed), "pairs"),
+            "refusals_not_naming_both_sizes": (len(unnamed), "pairs"),
         },
         workload=f"tokenizer_vocab_size + check_vocab_agreement on a synthetic {VOCAB}-entry "
         f"tokenizer.json against models of vocab {list(MISMATCHED_MODEL_VOCABS)}, and a "
@@ -429,5 +450,10 @@ def mismatched_vocab_pairs(ctx: GateContext) -> Measurement:
         f"{VOCAB} and {VOCAB + 1}; the matched pair uses the embedding rows of "
         "build_model(preset('370m'), device='meta')",
         inputs=_sources(ctx.root),
-        notes=("accepted: " + ", ".join(wrongly_accepted)) if wrongly_accepted else "",
+        notes="; ".join(
+            [f"accepted: {', '.join(wrongly_accepted)}"] * bool(wrongly_accepted)
+            + [f"crashed: {' | '.join(crashed)}"] * bool(crashed)
+            + [f"not naming both sizes: {' | '.join(unnamed)}"] * bool(unnamed)
+            + [f"matched pair refused: {matched_message}"] * matched_refused
+        ),
     )

@@ -12,6 +12,7 @@ anything new or changed under its run directory; a refusal must also name both s
 from __future__ import annotations
 
 import itertools
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,7 @@ _TRAINER = (
     "sys.exit(main(sys.argv[1:]))"
 )
 MODEL_VOCAB = 50257  # the 370M preset (INV-ARCH-370M-006)
+FINDINGS = 1  # trainer/exit_codes.py: an input that fails its checks, nothing written
 
 
 def _trainer(root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -82,11 +84,27 @@ def _snapshot(directory: Path) -> str | None:
 def _case(done: subprocess.CompletedProcess, before: str | None, out: Path, sizes: tuple) -> dict:
     changed = _snapshot(out) != before
     named = all(str(s) in done.stderr for s in sizes)
+    started = done.returncode == 0 or changed
+    # The documented refusal: exit FINDINGS with an error line. A traceback (an unexpected
+    # exception also exits 1), a signal or another status is a crash, not a refusal.
+    documented = done.returncode == FINDINGS and "Traceback (most recent call last)" not in (
+        done.stderr
+    )
     return {
         "exit": done.returncode,
         "run_directory_changed": changed,
         "both_sizes_named": named,
-        "started": done.returncode == 0 or changed,
+        "started": started,
+        "crashed": not started and not documented,
+        "message": done.stderr.strip().splitlines()[-1:] if done.stderr.strip() else [],
+    }
+
+
+def _matched(done: subprocess.CompletedProcess) -> dict:
+    """A run whose vocabularies agree: it must train (exit 0)."""
+    return {
+        "exit": done.returncode,
+        "refused": done.returncode != 0,
         "message": done.stderr.strip().splitlines()[-1:] if done.stderr.strip() else [],
     }
 
@@ -94,6 +112,7 @@ def _case(done: subprocess.CompletedProcess, before: str | None, out: Path, size
 @measures("GATE-ARCH-370M-011")
 def mismatched_runs_started(ctx: GateContext) -> Measurement:
     cases: dict[str, dict] = {}
+    matched: dict[str, dict] = {}  # the positive control: runs that must not be refused
     with tempfile.TemporaryDirectory(prefix="gate-arch-011-") as tmp:
         root = Path(tmp)
         corpus = []
@@ -117,23 +136,41 @@ def mismatched_runs_started(ctx: GateContext) -> Measurement:
         cfg = _config(root / "tiny.yaml", shards, tokenizer, out, tiny, max_steps=4,
                       warmup_steps=0, save_interval=2, eval_interval=100)  # fmt: skip
         first = _trainer(ctx.root, "apply", str(cfg), "--device", "cpu")
-        if first.returncode != 0:
-            raise RuntimeError(f"the run to resume did not train: {first.stderr[-2000:]}")
-        cfg = _config(root / "tiny.yaml", shards, tokenizer, out, tiny, max_steps=8,
-                      warmup_steps=0, save_interval=2, eval_interval=100)  # fmt: skip
-        _data(ctx.root, root / "resume", corpus, 513)  # same paths, another vocabulary
-        for resume in ("latest", str(out / "checkpoints" / "step-00000002")):
-            before = _snapshot(out)
-            done = _trainer(ctx.root, "apply", str(cfg), "--device", "cpu", "--resume", resume,
-                            "--resume-other-run")  # fmt: skip
-            label = f"resume {'latest' if resume == 'latest' else 'step 2'} with 513 tokens"
-            cases[label] = _case(done, before, out, (512, 513))
+        matched["fresh tiny run, 512 / 512"] = _matched(first)
+        if first.returncode == 0:
+            # The same resumes with the vocabulary unchanged, each in a copy of the run.
+            for resume in ("latest", "step-00000002"):
+                copy = root / f"matched-{resume}"
+                shutil.copytree(out, copy)
+                again = _config(root / f"tiny-{resume}.yaml", shards, tokenizer, copy, tiny,
+                                max_steps=6, warmup_steps=0, save_interval=2,
+                                eval_interval=100)  # fmt: skip
+                where = resume if resume == "latest" else str(copy / "checkpoints" / resume)
+                done = _trainer(ctx.root, "apply", str(again), "--device", "cpu",
+                                "--resume", where, "--resume-other-run")  # fmt: skip
+                label = "latest" if resume == "latest" else "step 2"
+                matched[f"resume {label}, 512 / 512"] = _matched(done)
+            cfg = _config(root / "tiny.yaml", shards, tokenizer, out, tiny, max_steps=8,
+                          warmup_steps=0, save_interval=2, eval_interval=100)  # fmt: skip
+            _data(ctx.root, root / "resume", corpus, 513)  # same paths, another vocabulary
+            for resume in ("latest", str(out / "checkpoints" / "step-00000002")):
+                before = _snapshot(out)
+                done = _trainer(ctx.root, "apply", str(cfg), "--device", "cpu",
+                                "--resume", resume, "--resume-other-run")  # fmt: skip
+                label = f"resume {'latest' if resume == 'latest' else 'step 2'} with 513 tokens"
+                cases[label] = _case(done, before, out, (512, 513))
     started = sum(c["started"] for c in cases.values())
     unnamed = sum(not c["both_sizes_named"] for c in cases.values())
     return Measurement(
         values={
             "mismatched_runs_started": (started, "runs"),
             "refusals_not_naming_both_sizes": (unnamed, "runs"),
+            # A refusal by crash (traceback, signal, a status other than 1) is no refusal.
+            "refusals_by_crash": (sum(c["crashed"] for c in cases.values()), "runs"),
+            "mismatched_runs_checked": (len(cases), "runs"),
+            # The other side: runs whose vocabularies agree, refused. Refusing every run
+            # scores 0 started mismatched runs; this counts it.
+            "matched_runs_refused": (sum(m["refused"] for m in matched.values()), "runs"),
         },
         workload=(
             "`trainer apply` in fresh processes: the 370M preset (vocab 50257) with byte-level "
@@ -141,7 +178,10 @@ def mismatched_runs_started(ctx: GateContext) -> Measurement:
             "tiny model trained 4 steps with a 512-entry tokenizer whose tokenizer and shards "
             "are replaced by 513-entry ones, resumed from latest and from step 2 (with "
             "--resume-other-run, so only the vocabulary check can refuse). Started = exit 0 "
-            "or anything new or changed under the run directory."
+            "or anything new or changed under the run directory; a refusal by crash = not "
+            "started, but a traceback or a status other than 1. Positive control: the tiny "
+            "512/512 run itself and, in copies of it, the same two resumes to step 6 with the "
+            "512-entry tokenizer, each of which must exit 0."
         ),
-        parameters={"cases": cases},
+        parameters={"cases": cases, "matched": matched},
     )

@@ -20,6 +20,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 from gates.measure import GateContext, Measurement, measures
+from gates.recipes import Recipe
 
 PARITY_CORPORA = [(30, 2048, 2), (60, 4096, 2), (120, 8192, 1)]  # (stdlib modules, V, f)
 ADVERSARIAL_SEEDS = range(40)
@@ -227,7 +228,26 @@ def _is_corpus_dir(path: Path) -> str | None:
     return None if path.is_dir() else "not a directory of text files"
 
 
-@measures("GATE-BPE-TRAIN-PERF-003", artifact="corpus directory", check=_is_corpus_dir)
+#: How GATE-BPE-TRAIN-PERF-003's corpus is rebuilt (gates.recipes): every byte counts.
+PYTHON_CORPUS_127MB = Recipe(
+    command=("python", "tools/python_corpus.py", "--megabytes", "127", "--out", "{out}"),
+    name="python-127mb",
+    inputs=("trainer/tokenizer/corpus.py",),
+    bitwise_across_machines=False,
+    why_not_bitwise=(
+        "the corpus is this Python's standard library and installed site-packages, in path "
+        "order: another Python version or another set of installed packages gives other "
+        "files; the gate's budget is a ratio to HF on the same corpus, re-measured on it"
+    ),
+)
+
+
+@measures(
+    "GATE-BPE-TRAIN-PERF-003",
+    artifact="corpus directory",
+    check=_is_corpus_dir,
+    recipe=PYTHON_CORPUS_127MB,
+)
 def budget_vs_hf(ctx: GateContext) -> Measurement:
     args = ["vs-hf", "--vocab-size", "50257", "--repeats", "3"]
     for corpus in ctx.artifacts:

@@ -5,7 +5,9 @@ a checkpoint the loader takes (-013), checkpoints land where they must and nowhe
 
 Each is measured on one artifact, a loop run directory made by tools/make_loop_run.py
 (run.yaml, tokenizer/, data/, train/ with its checkpoints), pinned by sha256 in the
-evidence. The measurements drive the real CLI (`trainer apply`, `trainer export`,
+evidence; LOOP_RUN is its recipe, so `gates check` rebuilds it where it is missing. run.yaml's
+paths are relative to the run directory, so every `trainer apply run.yaml` here runs there.
+The measurements drive the real CLI (`trainer apply`, `trainer export`,
 `trainer inspect`) in fresh processes where the contract says "new process", read files
 by their bytes, and are written from the contract's rules, independently of the bound
 tests. Scratch copies live in a temporary directory; the artifact is never written.
@@ -26,15 +28,43 @@ import time
 from pathlib import Path
 
 from gates.measure import GateContext, Measurement, measures
+from gates.recipes import Recipe
 
 ARTIFACT = "loop run directory (tools/make_loop_run.py)"
+#: How the artifact is rebuilt (gates.recipes). Left out of its digest: what the clock and
+#: the host put in it, not what was trained.
+LOOP_RUN = Recipe(
+    command=("python", "tools/make_loop_run.py", "--out", "{out}"),
+    name="loop-run",
+    seed=42,  # run.yaml's training.seed default; the tokenizer and data are deterministic
+    exclude=("train/runs.db",),
+    volatile={
+        "train/metrics.jsonl": ("tokens_per_s", "step_s", "mfu"),
+        "train/training_state.json": ("ended_at", "tokens_per_s", "step_s", "mfu"),
+        "train/run_manifest.json": ("created", "run_started", "run_id", "host", "git"),
+    },
+    reason=(
+        "train/runs.db is the run store's SQLite file (wall-clock times, a random run id; "
+        "rebuilt from the run's files by `trainer runs sync`); tokens_per_s, step_s and mfu "
+        "are timings; created, run_started and ended_at are clock times; run_id is random; "
+        "host and git say where and at which commit it was built, not what was trained"
+    ),
+    bitwise_across_machines=False,
+    why_not_bitwise=(
+        "float32 training on CPU: weights and losses depend on the torch build and the CPU's "
+        "kernels (AVX2 vs AVX-512); the tokenizer and shards are read from this Python's "
+        "standard library; run_manifest.json records the package versions"
+    ),
+    env={"SHIPGATE_HOME": "{scratch}"},  # the run registry: not the user's
+)
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 # The CLI, with $SHIPGATE_MUTANT applied when set (never in a promotion): how a seeded
-# defect is shown to move these measurements.
+# defect is shown to move these measurements. argv[1] is the project root (the mutants'
+# home); the process may run elsewhere (in the run directory).
 _TRAINER = (
     "import sys; from pathlib import Path; from gates import mutants; "
-    "mutants.apply_from_env(Path.cwd()); from trainer.cli import main; "
-    "sys.exit(main(sys.argv[1:]))"
+    "mutants.apply_from_env(Path(sys.argv[1])); from trainer.cli import main; "
+    "sys.exit(main(sys.argv[2:]))"
 )
 _TIMEOUT = 600
 
@@ -60,10 +90,13 @@ def _checkpoints(directory: Path) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
-def _trainer(root: Path, *args: str, timeout: float = _TIMEOUT) -> subprocess.CompletedProcess:
+def _trainer(
+    root: Path, *args: str, cwd: Path | None = None, timeout: float = _TIMEOUT
+) -> subprocess.CompletedProcess:
+    """The trainer CLI in a new process, in ``cwd`` (default: the project root)."""
     return subprocess.run(
-        [sys.executable, "-c", _TRAINER, *args],
-        cwd=root,
+        [sys.executable, "-c", _TRAINER, str(root), *args],
+        cwd=cwd or root,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -150,7 +183,7 @@ def _differing_json(a: Path, b: Path) -> tuple[int, int]:
 # --- GATE-TRAIN-LOOP-012 -------------------------------------------------------------
 
 
-@measures("GATE-TRAIN-LOOP-012", artifact=ARTIFACT, check=_is_loop_run)
+@measures("GATE-TRAIN-LOOP-012", artifact=ARTIFACT, check=_is_loop_run, recipe=LOOP_RUN)
 def differing_values_after_resume(ctx: GateContext) -> Measurement:
     run = ctx.artifacts[0]
     saved = _checkpoints(run / "train" / "checkpoints")
@@ -165,8 +198,8 @@ def differing_values_after_resume(ctx: GateContext) -> Measurement:
         for step in resumes:
             out = Path(tmp) / f"resume-{step}"
             done = _trainer(
-                ctx.root, "apply", str(run / "run.yaml"), "--device", "cpu",
-                "--out", str(out), "--resume", str(saved[step]),
+                ctx.root, "apply", "run.yaml", "--device", "cpu",
+                "--out", str(out), "--resume", str(saved[step]), cwd=run,
             )  # fmt: skip
             mine = _checkpoints(out / "checkpoints").get(final_step)
             theirs = saved[final_step]
@@ -305,7 +338,7 @@ def _loader_choice(run_dir: Path) -> Path | None:
     return chosen
 
 
-@measures("GATE-TRAIN-LOOP-013", artifact=ARTIFACT, check=_is_loop_run)
+@measures("GATE-TRAIN-LOOP-013", artifact=ARTIFACT, check=_is_loop_run, recipe=LOOP_RUN)
 def corrupt_checkpoints_loaded(ctx: GateContext) -> Measurement:
     run = ctx.artifacts[0]
     saved = _checkpoints(run / "train" / "checkpoints")
@@ -392,13 +425,14 @@ def corrupt_checkpoints_loaded(ctx: GateContext) -> Measurement:
 # --- GATE-TRAIN-LOOP-014 -------------------------------------------------------------
 
 
-def _absolute_config(run: Path, root: Path, scratch: Path, name: str, **training) -> Path:
-    """A copy of run.yaml with absolute data paths and some training fields changed."""
+def _absolute_config(run: Path, scratch: Path, name: str, **training) -> Path:
+    """A copy of run.yaml with absolute data paths (its own are relative to the run
+    directory) and some training fields changed."""
     import yaml  # noqa: PLC0415
 
     cfg = _config(run)
     for key in ("shards", "tokenizer"):
-        cfg["data"][key] = str((root / cfg["data"][key]).resolve())
+        cfg["data"][key] = str((run / cfg["data"][key]).resolve())
     cfg["training"] = cfg["training"] | training
     path = scratch / name
     path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
@@ -438,7 +472,7 @@ def _valid_steps(directory: Path) -> set[int]:
     return {s for s, p in _checkpoints(directory).items() if _independently_valid(p)}
 
 
-@measures("GATE-TRAIN-LOOP-014", artifact=ARTIFACT, check=_is_loop_run)
+@measures("GATE-TRAIN-LOOP-014", artifact=ARTIFACT, check=_is_loop_run, recipe=LOOP_RUN)
 def missing_checkpoints(ctx: GateContext) -> Measurement:
     run = ctx.artifacts[0]
     training = _config(run)["training"]
@@ -447,8 +481,8 @@ def missing_checkpoints(ctx: GateContext) -> Measurement:
     with tempfile.TemporaryDirectory(prefix="gate-014-") as tmp:
         scratch = Path(tmp)
         # 1. A whole run: a checkpoint at every multiple of save_interval and at max_steps.
-        done = _trainer(ctx.root, "apply", str(run / "run.yaml"), "--device", "cpu",
-                        "--out", str(scratch / "whole"))  # fmt: skip
+        done = _trainer(ctx.root, "apply", "run.yaml", "--device", "cpu",
+                        "--out", str(scratch / "whole"), cwd=run)  # fmt: skip
         expected = {*range(interval, max_steps + 1, interval), max_steps}
         said = re.search(r"checkpoints at steps \[([\d, ]*)\]", done.stdout)
         written = {int(s) for s in said.group(1).split(",") if s.strip()} if said else set()
@@ -462,12 +496,12 @@ def missing_checkpoints(ctx: GateContext) -> Measurement:
         final_left = max_steps in _valid_steps(run / "train" / "checkpoints")
         cases["artifact's final step"] = {"missing": int(not final_left), "extra": 0}
         # 2. SIGTERM during a long run: exit 0 with a checkpoint of the last finished step.
-        long = _absolute_config(run, ctx.root, scratch, "long.yaml", max_steps=20_000,
+        long = _absolute_config(run, scratch, "long.yaml", max_steps=20_000,
                                 epochs=10, save_interval=25, eval_interval=100_000)  # fmt: skip
         out = scratch / "sigterm"
         proc = subprocess.Popen(
-            [sys.executable, "-c", _TRAINER, "apply", str(long), "--device", "cpu",
-             "--out", str(out)],
+            [sys.executable, "-c", _TRAINER, str(ctx.root), "apply", str(long), "--device",
+             "cpu", "--out", str(out)],
             cwd=ctx.root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         deadline = time.monotonic() + _TIMEOUT
@@ -490,7 +524,7 @@ def missing_checkpoints(ctx: GateContext) -> Measurement:
         if proc.returncode != 0:
             cases["SIGTERM"]["stderr"] = stderr[-1000:]
         # 3. A NaN loss at step 27 of 35 with save_interval 10: exit non-zero, 10 and 20 only.
-        short = _absolute_config(run, ctx.root, scratch, "nan.yaml", max_steps=35, warmup_steps=3,
+        short = _absolute_config(run, scratch, "nan.yaml", max_steps=35, warmup_steps=3,
                                  save_interval=10, eval_interval=100_000)  # fmt: skip
         status = _nan_at_forward(short, scratch / "nan", forward=27)
         left = _valid_steps(scratch / "nan" / "checkpoints")
@@ -557,7 +591,7 @@ def _init_tensor_bytes(ckpt: Path) -> dict[str, bytes]:
     return {n: data[v["data_offsets"][0] : v["data_offsets"][1]] for n, v in header.items()}
 
 
-@measures("GATE-TRAIN-LOOP-015", artifact=ARTIFACT, check=_is_loop_run)
+@measures("GATE-TRAIN-LOOP-015", artifact=ARTIFACT, check=_is_loop_run, recipe=LOOP_RUN)
 def export_tensor_bytes_shortfall(ctx: GateContext) -> Measurement:
     run = ctx.artifacts[0]
     saved = _checkpoints(run / "train" / "checkpoints")
@@ -610,7 +644,7 @@ _FORBID_PICKLE = """
 import json, pickle, sys, torch
 from pathlib import Path
 from gates import mutants
-mutants.apply_from_env(Path.cwd())
+mutants.apply_from_env(Path(sys.argv[3]))
 from trainer.cli import main
 calls = []
 def forbid(owner, name):
@@ -677,14 +711,14 @@ def _state_file_problems(directory: Path) -> list[str]:
     return problems
 
 
-@measures("GATE-TRAIN-LOOP-016", artifact=ARTIFACT, check=_is_loop_run)
+@measures("GATE-TRAIN-LOOP-016", artifact=ARTIFACT, check=_is_loop_run, recipe=LOOP_RUN)
 def pickle_operations(ctx: GateContext) -> Measurement:
     run = ctx.artifacts[0]
     with tempfile.TemporaryDirectory(prefix="gate-016-") as tmp:
         out = Path(tmp)
         child = subprocess.run(
-            [sys.executable, "-c", _FORBID_PICKLE, str(run / "run.yaml"), str(out)],
-            cwd=ctx.root, capture_output=True, text=True, timeout=_TIMEOUT, check=False,
+            [sys.executable, "-c", _FORBID_PICKLE, "run.yaml", str(out), str(ctx.root)],
+            cwd=run, capture_output=True, text=True, timeout=_TIMEOUT, check=False,
         )  # fmt: skip
         report = json.loads(child.stdout.strip().splitlines()[-1])
         failed = {k: v for k, v in report["status"].items() if v != 0}

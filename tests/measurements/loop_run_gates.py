@@ -150,6 +150,8 @@ def placeholder_losses(ctx: GateContext) -> Measurement:
         or not math.isfinite(recorded)
     ]
     problems += [f"step {s}: recorded loss is not the batch's loss" for s in made_up]
+    # The positive control: steps whose recorded loss was recomputed and agreed (12).
+    verified = len(result.losses) - len(made_up)
     if result.steps_run != 12 or result.epochs_completed != 2:
         problems.append(
             f"wrap: {result.steps_run} steps, epochs_completed {result.epochs_completed}"
@@ -174,6 +176,9 @@ def placeholder_losses(ctx: GateContext) -> Measurement:
             # Every problem is a step that was not trained as recorded: a made-up loss, a
             # step run past exhaustion, a missing error or a miscounted wrap.
             "placeholder_losses": (len(problems), "steps"),
+            # Of the 12 wrap-around steps, those whose recorded loss was recomputed from
+            # its batch and agreed: a run that records no loss scores 0 here, not 12.
+            "losses_verified": (verified, "steps"),
         },
         workload="16 sequences = 4 global batches (micro_batch 2 x grad_accum 2), tiny Llama "
         "(1 layer, hidden 16, V 64) on CPU: 12 steps with wrap-around, each recorded loss "
@@ -292,6 +297,13 @@ def validation_tokens_trained_on(ctx: GateContext) -> Measurement:
             ),
             "epochs_trained": (len(epochs), "epochs"),
             "validation_documents": (len(val_docs), "documents"),
+            # The positive control: tokens decoded and searched, in training windows and
+            # in evaluation batches. A loop that trains or evaluates nothing leaks nothing.
+            "training_tokens_searched": (
+                sum(t.numel() + t.shape[0] for _, _, mb in hooks.batches.values() for _, t in mb),
+                "tokens",
+            ),
+            "evaluations_searched": (len(hooks.evaluated), "evaluations"),
         },
         workload="40 sentinel-marked documents encoded by trainer.data.encode (4 validation), "
         "tiny Llama trained 3 epochs with wrap-around over ShardSequences (seq_len 16); every "
@@ -337,7 +349,7 @@ def validation_floor(ctx: GateContext) -> Measurement:
         ("16,384 targets in 262,144 positions", _validation_rows(16_384, pad_rows=3840), False),
         ("131,072 targets", _validation_rows(131_072), True),
     ]
-    accepted, wrong = [], []
+    accepted, wrong, wrongly_refused = [], [], []
     for label, val, should_start in cases:
         try:
             train(run, train_data, val)
@@ -348,10 +360,17 @@ def validation_floor(ctx: GateContext) -> Measurement:
             accepted.append(int(val.rows[:, 1:].ne(0).sum()))
         if started != should_start:
             wrong.append(f"{label}: {'started' if started else 'refused'}")
+            wrongly_refused += [label] if should_start else []
         elif not started and "131,072" not in message:
             wrong.append(f"{label}: the refusal does not state the minimum: {message}")
+    # The other valid configuration: early stopping off, any validation size.
     no_early = with_values(run, {"training.early_stopping": False})
-    if train(no_early, train_data, _validation_rows(2_000)).steps_run != 1:
+    try:
+        ran = train(no_early, train_data, _validation_rows(2_000)).steps_run == 1
+    except ValueError as error:
+        ran = False
+        wrongly_refused.append(f"early stopping off with 2,000 validation tokens: {error}")
+    if not ran:
         wrong.append("early stopping off with 2,000 validation tokens did not run")
     return Measurement(
         values={
@@ -360,6 +379,9 @@ def validation_floor(ctx: GateContext) -> Measurement:
                 "tokens",
             ),
             "wrong_startup_decisions": (len(wrong), "cases"),
+            # The other side: valid startups (early stopping on with 131,072 targets, or
+            # off) refused. Refusing everything leaves the minimum at inf; this counts it.
+            "valid_configs_refused": (len(wrongly_refused), "configs"),
         },
         workload="startups of trainer.train.loop.train with early stopping on and validation "
         "sets of 16,384, 131,071, 131,072 targets and 16,384 targets padded to 262,144 "

@@ -552,7 +552,6 @@ def _check_gate(
                 gate,
                 artifacts,
                 command=command,
-                allow_dirty=True,
             )
     except Exception as exc:  # refused, or a measurement's own failure (gates: INTERNAL)
         if printed.getvalue():

@@ -1,5 +1,6 @@
 """Evidence records the command line by program name, with paths under the project root
-relative to it: never one machine's executable or checkout path."""
+relative to it and absolute paths outside it by name only: never one machine's executable
+or checkout path."""
 
 from __future__ import annotations
 
@@ -37,13 +38,18 @@ def test_the_program_is_named_and_paths_under_the_root_become_relative(
     ]
 
 
-def test_a_path_outside_the_root_is_kept_as_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_an_absolute_path_outside_the_root_is_recorded_by_name_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     outside = str(tmp_path / "elsewhere.txt")
-    monkeypatch.setattr(sys, "argv", ["/opt/bin/gates", "check", "G", "--artifact", outside])
+    argv = ["/opt/bin/gates", "check", "G", "--artifact", outside, "--artifact", "../rel.txt"]
+    monkeypatch.setattr(sys, "argv", argv)
     assert recorded_command("gates", tmp_path / "project") == [
         "gates",
         "check",
         "G",
         "--artifact",
-        outside,
+        "…/elsewhere.txt",
+        "--artifact",
+        "../rel.txt",
     ]

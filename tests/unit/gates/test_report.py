@@ -108,7 +108,7 @@ def test_measured_values_thresholds_and_evidence_are_shown(tmp_path):
     assert "counterexamples == 0 examples" in page
     assert 'data-measured="0">counterexamples = <strong>0</strong> examples' in page
     assert "meets the threshold" in page
-    assert "2026-02-01T12:00:00Z" in page and "0123456789ab" in page
+    assert "2026-02-01T12:00:00Z" in page and "c03266c58106" in page
     assert 'data-measured="">no evidence</dd>' in page, "GATE-DEMO-002 is PENDING"
 
 

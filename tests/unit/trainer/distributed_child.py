@@ -61,6 +61,7 @@ def run(spec: dict, out: Path) -> None:
     checkpoints = values.pop("checkpoints", False)
     resume_from = values.pop("resume_from", "latest" if values.pop("resume", False) else None)
     options = RunOptions(
+        device=values.pop("device", "cpu"),
         out_dir=out if checkpoints else None,
         checkpoint=checkpoints,
         stop_after=values.pop("stop_after", None),

@@ -1,0 +1,90 @@
+"""Is a gate's evidence still about the code as it is? The one freshness computation that
+`pv validate` (EVIDENCE-STALE), `pv status` (STALE) and `gates promote --stale` share.
+
+Evidence records the sha256 of every repository file its measurement and bound tests read
+(``sources``, collected by gates.trace). It is stale when one of those files now hashes
+differently or is gone, and when it records no sources at all (it predates them, so nothing
+says it is fresh).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path, PurePosixPath
+
+from gates import evidence as evidence_mod
+from gates.contract import Gate
+from gates.files import sha256_file
+
+NO_SOURCES = "records no sources; re-measure with gates promote --stale"
+
+#: (real path, st_size, st_mtime_ns, st_ino) → sha256: many gates share source files.
+_digests: dict[tuple[str, int, int, int], str] = {}
+
+
+def _digest(path: Path) -> str | None:
+    """sha256 of the regular file at ``path``; None when there is none (gone, a directory,
+    a FIFO…): never opens anything but a regular file."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    if key not in _digests:
+        try:
+            _digests[key] = sha256_file(path)
+        except OSError:
+            return None
+    return _digests[key]
+
+
+def stale_sources(root: Path, evidence: dict) -> list[tuple[str, str]]:
+    """What makes ``evidence`` stale under ``root``: ``(path, why)`` pairs, ``why`` one of
+    "changed", "gone", "not a path in the project"; ``[("", NO_SOURCES)]`` when it records
+    no sources. Empty: fresh."""
+    recorded = evidence.get("sources")
+    if recorded is None:
+        return [("", NO_SOURCES)]
+    out = []
+    for src in recorded:
+        rel = src["path"]
+        parts = PurePosixPath(rel).parts
+        if not parts or PurePosixPath(rel).is_absolute() or ".." in parts:
+            out.append((rel, "not a path in the project"))
+            continue
+        now = _digest(root.joinpath(*parts))
+        if now is None:
+            out.append((rel, "gone"))
+        elif now != src["sha256"]:
+            out.append((rel, "changed"))
+    return out
+
+
+def describe(evidence: dict, stale: list[tuple[str, str]], limit: int = 3) -> str:
+    """One line: which files, "changed since commit <12 hex>"."""
+    if stale == [("", NO_SOURCES)]:
+        return NO_SOURCES
+    commit = evidence.get("git", {}).get("commit", "?")[:12]
+    (path, why), rest = stale[0], stale[1:]
+    line = f"{path} {why} since commit {commit}"
+    if rest:
+        also = ", ".join(f"{p} {w}" for p, w in rest[:limit])
+        more = f" and {len(rest) - limit} more" if len(rest) > limit else ""
+        line += f" (also {also}{more})"
+    return line
+
+
+def gate_staleness(root: Path, gate: Gate) -> str | None:
+    """Why a PASS/PARTIAL gate's evidence is stale, or None (fresh; or not PASS/PARTIAL; or
+    its evidence is unreadable or invalid, which other rules report)."""
+    if gate.status not in ("PASS", "PARTIAL") or not gate.evidence:
+        return None
+    try:
+        ev = evidence_mod.load(root / gate.evidence)
+    except evidence_mod.EvidenceError:
+        return None
+    stale = stale_sources(root, ev)
+    return describe(ev, stale) if stale else None

@@ -1,0 +1,341 @@
+"""Which repository files a measurement and its bound tests actually read: collected, not
+hand-listed, so that evidence can say what it rests on (``sources``, docs/evidence.md).
+
+    with (traced := trace.recording(root)):
+        outcome = testrun.run_node(root, node)   # a child process: traced through its env
+        result = measurer.fn(ctx)                # this process, and any python it starts
+    with traced:                                 # again: adds to what it saw
+        ...
+    traced.sources(measurer.fn)  # [{"path": "widget.py", "sha256": "…"}, …] sorted by path
+
+Mechanism. A Python audit hook (``sys.addaudithook``) sees every ``open`` audit event: the
+``open()`` builtin, ``os.open``, and ``io.open_code``, which the import system uses, so a
+module imported counts as read. An import served from a valid byte-code cache opens only the
+``__pycache__/*.pyc``; it is mapped back to its ``.py``. Paths are made absolute when the event
+fires (the process may change directory later). The hook costs one string comparison per
+audit event, and nothing per line executed: no ``sys.settrace``/``setprofile``, which would
+slow the workloads that perf gates time.
+
+Child processes. While recording, a generated directory holding a small ``sitecustomize.py``
+is put first on ``PYTHONPATH`` and ``$SHIPGATE_TRACE_DIR`` names where children report; both
+are set in ``os.environ`` for the duration (restored after), so the pytest run of a bound test
+(gates.testrun.run_node copies os.environ) and any ``python`` a measurement starts
+(``trainer apply``, tools/bench_bpe.py, torchrun workers…) inherit them. The sitecustomize
+installs the same hook and appends each newly seen path under the project at once to
+``$SHIPGATE_TRACE_DIR/<pid>.paths`` (not at exit, so a killed or ``os._exit`` child still
+counts); a forked child of this process does the same.
+
+Limits (an under-approximation there; docs/evidence.md):
+
+- ``python -I``, ``-E`` (ignores PYTHONPATH) and ``-S`` (no site) children are not traced,
+  nor are children started with an environment that drops ``PYTHONPATH`` or
+  ``$SHIPGATE_TRACE_DIR``, nor non-Python children (a shell's ``cat``);
+- files opened by native code (C/C++/Rust: safetensors, tokenizers, torch's C++ loaders)
+  raise no audit event; artifacts are recorded separately, by content hash;
+- a project's own ``sitecustomize`` is shadowed by ours; ours runs the next one found on
+  ``sys.path`` after itself, so it still takes effect.
+
+And an over-approximation: the in-process hook starts before the measurement modules are
+imported (``measure.lookup``), so every measurement module of the project counts, not only the
+one measuring this gate; and whatever else this process opens meanwhile (its pyproject.toml).
+Modules this process had imported before recording began are not opened again: `gates promote
+--stale` therefore runs each gate in a fresh process. The measurement function's own file is
+always added (:meth:`Recording.add`).
+
+What counts: files under the project root that are regular files tracked by git (``git
+ls-files``; when the root is no git work tree, regular files under it outside hidden
+directories and ``__pycache__``), except what gates writes itself (:data:`EXCLUDED`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import inspect
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+
+from gates.files import sha256_file
+
+#: Where a traced child reports: one ``<pid>.paths`` file per process, a path a line.
+DIR_VAR = "SHIPGATE_TRACE_DIR"
+#: The project root (absolute, and its real path), os.pathsep-separated: a child reports
+#: only paths under these, so the interpreter's own imports cost no write.
+ROOTS_VAR = "SHIPGATE_TRACE_ROOTS"
+
+#: What gates writes itself, so never a source: a promotion rewrites the contract and the
+#: evidence, and takes the lock. What of the contract matters to a measurement (threshold,
+#: bound tests, version) is compared with the evidence by pv's EVIDENCE-MISMATCH rules
+#: already; counting the file would make every promotion stale the evidence it just wrote.
+EXCLUDED = ("contracts/", "evidence/", ".gates.lock")
+
+SITECUSTOMIZE = '''\
+"""Written by gates.trace: report the files this process opens to $SHIPGATE_TRACE_DIR."""
+
+import os as _os
+import sys as _sys
+
+
+def _shipgate_trace():
+    out = _os.environ.get("SHIPGATE_TRACE_DIR")
+    if not out:
+        return
+    roots = [r for r in _os.environ.get("SHIPGATE_TRACE_ROOTS", "").split(_os.pathsep) if r]
+    prefixes = tuple(r.rstrip(_os.sep) + _os.sep for r in roots)
+    seen = set()
+    state = {"pid": None, "fd": None, "opening": False}
+    flags = _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT | getattr(_os, "O_CLOEXEC", 0)
+
+    def hook(event, args):
+        if event != "open" or state["opening"]:
+            return
+        try:
+            path = args[0]
+            if isinstance(path, int):
+                return
+            path = _os.fspath(path)
+            if isinstance(path, bytes):
+                path = _os.fsdecode(path)
+            path = _os.path.abspath(path)
+            if (prefixes and not path.startswith(prefixes)) or path in seen or "\\n" in path:
+                return
+            seen.add(path)
+            pid = _os.getpid()
+            if state["pid"] != pid:  # first report of this process (or of a fork of it)
+                state["opening"] = True
+                try:
+                    state["fd"] = _os.open(_os.path.join(out, "%d.paths" % pid), flags, 0o600)
+                finally:
+                    state["opening"] = False
+                state["pid"] = pid
+            _os.write(state["fd"], (path + "\\n").encode("utf-8", "surrogateescape"))
+        except Exception:
+            pass
+
+    _sys.addaudithook(hook)
+
+
+def _chain():
+    """Run the sitecustomize this one shadows, if any (the next on sys.path)."""
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    rest = [p for p in _sys.path if _os.path.abspath(p or ".") != here]
+    try:
+        from importlib.machinery import PathFinder
+        from importlib.util import module_from_spec
+
+        spec = PathFinder.find_spec("sitecustomize", rest)
+        if spec is not None and spec.loader is not None:
+            module = module_from_spec(spec)
+            _sys.modules["_shipgate_shadowed_sitecustomize"] = module
+            spec.loader.exec_module(module)
+    except Exception as exc:
+        print("shipgate trace: the shadowed sitecustomize failed: %r" % (exc,), file=_sys.stderr)
+
+
+_shipgate_trace()
+_chain()
+'''
+
+
+class Recording:
+    """The files seen while this recording ran (absolute paths). A context manager that may
+    be entered again (not nested in itself): each time adds to what it saw, so a caller can
+    leave out a stretch it does not want counted."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.seen: set[str] = set()
+        self.trace_dir: Path | None = None
+        self._tmp: Path | None = None
+        self._saved: dict[str, str | None] = {}
+
+    def add(self, path: str | os.PathLike) -> None:
+        """Count ``path`` as read (e.g. the measurement function's own module)."""
+        self.seen.add(os.path.abspath(path))
+
+    def sources(self, *functions: Callable) -> list[dict]:
+        """``[{"path", "sha256"}]`` of the project files seen, sorted by path (see module doc),
+        counting the files that define ``functions`` too (the measurement: its module may
+        have been imported before the recording began)."""
+        seen = set(self.seen)
+        for fn in functions:
+            code = getattr(fn, "__code__", None)
+            path = inspect.getsourcefile(fn) or (code.co_filename if code else None)
+            if path:
+                seen.add(os.path.abspath(path))
+        return sources(self.root, seen)
+
+    def __enter__(self) -> Recording:
+        if self in _stack:
+            raise RuntimeError("a trace recording cannot be nested in itself")
+        _install()
+        self._tmp = Path(tempfile.mkdtemp(prefix="shipgate-trace-"))
+        site_dir, self.trace_dir = self._tmp / "site", self._tmp / "paths"
+        site_dir.mkdir()
+        self.trace_dir.mkdir()
+        (site_dir / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
+        self._saved = {k: os.environ.get(k) for k in ("PYTHONPATH", DIR_VAR, ROOTS_VAR)}
+        roots = dict.fromkeys([os.path.abspath(self.root), os.path.realpath(self.root)])
+        pythonpath = (str(site_dir), self._saved["PYTHONPATH"])
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in pythonpath if p)
+        os.environ[DIR_VAR] = str(self.trace_dir)
+        os.environ[ROOTS_VAR] = os.pathsep.join(roots)
+        _stack.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _stack.remove(self)
+        for key, value in self._saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        assert self.trace_dir is not None and self._tmp is not None
+        for report in sorted(self.trace_dir.glob("*.paths")):
+            text = report.read_bytes().decode("utf-8", "surrogateescape")
+            self.seen.update(line for line in text.split("\n") if line)
+        if _stack:
+            _stack[-1].seen |= self.seen
+        shutil.rmtree(self._tmp, ignore_errors=True)
+        self.trace_dir = self._tmp = None
+
+
+#: Recordings in progress, innermost last; the hook reports to every one of them.
+_stack: list[Recording] = []
+_installed: list[bool] = []  # [True] once the hook is in (a list: no `global` needed)
+_pid = os.getpid()
+_child = {"pid": None, "fd": None, "opening": False}  # a forked child's report file
+
+
+def _path_of(arg: object) -> str | None:
+    if isinstance(arg, int):
+        return None
+    try:
+        path = os.fspath(arg)  # type: ignore[arg-type]
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        return os.path.abspath(path)
+    except (TypeError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def _hook(event: str, args: tuple) -> None:
+    if event != "open" or not _stack or _child["opening"]:
+        return
+    path = _path_of(args[0])
+    if path is None:
+        return
+    pid = os.getpid()
+    if pid == _pid:
+        for rec in _stack:
+            rec.seen.add(path)
+        return
+    # A fork of this process (multiprocessing, a DataLoader worker): its memory is lost at
+    # exit, so it reports through the trace directory like a traced child.
+    if "\n" in path:
+        return
+    try:
+        if _child["pid"] != pid:
+            _child["opening"] = True
+            try:
+                name = os.path.join(_stack[-1].trace_dir, f"{pid}.paths")
+                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+                _child["fd"] = os.open(name, flags, 0o600)
+            finally:
+                _child["opening"] = False
+            _child["pid"] = pid
+        os.write(_child["fd"], (path + "\n").encode("utf-8", "surrogateescape"))
+    except OSError:
+        pass
+
+
+def _install() -> None:
+    if not _installed:
+        sys.addaudithook(_hook)  # cannot be removed: it does nothing while _stack is empty
+        _installed.append(True)
+
+
+def recording(root: Path) -> Recording:
+    """Record the files this process and its Python children open while the block runs
+    (``with trace.recording(root) as traced:``).
+
+    Sets ``PYTHONPATH``, ``$SHIPGATE_TRACE_DIR`` and ``$SHIPGATE_TRACE_ROOTS`` in
+    ``os.environ`` for the block and restores them after. Recordings nest; an outer one also
+    sees what an inner one saw."""
+    return Recording(root)
+
+
+def _source_of(path: str) -> str:
+    """A byte-code cache file's ``.py`` (the import read it instead); else the path itself."""
+    if path.endswith(".pyc") and "__pycache__" in path:
+        with contextlib.suppress(ValueError, NotImplementedError):
+            return importlib.util.source_from_cache(path)
+    return path
+
+
+def _relative(path: str, bases: tuple[str, ...]) -> str | None:
+    for base in bases:
+        if path.startswith(base):
+            return PurePosixPath(*Path(path[len(base) :]).parts).as_posix()
+    return None
+
+
+def excluded(rel: str) -> bool:
+    """Written by gates itself (:data:`EXCLUDED`), so never a source."""
+    return any(rel == e.rstrip("/") or (e.endswith("/") and rel.startswith(e)) for e in EXCLUDED)
+
+
+def tracked_files(root: Path) -> set[str] | None:
+    """Paths (relative, posix) git tracks under ``root``; None when it is no git work tree."""
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-z"],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return None
+    return {os.fsdecode(p) for p in proc.stdout.split(b"\0") if p}
+
+
+def _plausible(rel: str) -> bool:
+    """Without git: not in a hidden directory or a byte-code cache."""
+    parts = rel.split("/")
+    return not any(p.startswith(".") or p == "__pycache__" for p in parts[:-1])
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def sources(root: Path, seen: set[str]) -> list[dict]:
+    """The project files among the absolute paths ``seen``, each with its sha256 now."""
+    both = (os.path.abspath(root), os.path.realpath(root))
+    bases = tuple(dict.fromkeys(b.rstrip(os.sep) + os.sep for b in both))
+    candidates = set()
+    for opened in seen:
+        path = _source_of(opened)
+        rel = _relative(path, bases)
+        if rel is None:
+            rel = _relative(os.path.realpath(path), bases)
+        if rel and not excluded(rel):
+            candidates.add(rel)
+    tracked = tracked_files(root)
+    keep = sorted(
+        rel
+        for rel in candidates
+        if (rel in tracked if tracked is not None else _plausible(rel)) and _regular(root / rel)
+    )
+    return [{"path": rel, "sha256": sha256_file(root / rel)} for rel in keep]

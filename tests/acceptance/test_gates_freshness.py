@@ -1,0 +1,237 @@
+"""Evidence freshness, end to end: `gates promote` records the files its bound tests and
+measurement read (``sources``), `pv validate` warns EVIDENCE-STALE when one changes, `pv status
+--require-ship-ready` fails on a stale ship-blocking gate, and `gates promote --stale`
+refreshes it. Every command runs as a user runs it, in a subprocess, on the widget project
+(tests/acceptance/widget_project.py) with a measurement that counts lines in a child process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance import widget_project
+
+EVIDENCE = Path("evidence") / "C-WIDGET" / "GATE-WIDGET-001.json"
+CONTRACT = Path("contracts") / "widget-v1.yaml"
+
+#: GATE-WIDGET-001 measured without an artifact: a child `python` reads data/lines.txt, so
+#: only the child's trace can tell that the gate rests on it.
+MEASUREMENT = textwrap.dedent("""\
+    import subprocess
+    import sys
+
+    from gates.measure import Measurement, measures
+
+    CHILD = "print(len(open('data/lines.txt').read().splitlines()))"
+
+
+    @measures("GATE-WIDGET-001")
+    def lines_counted_by_a_child(ctx):
+        out = subprocess.run([sys.executable, "-c", CHILD], cwd=ctx.root, check=True,
+                             capture_output=True, text=True).stdout
+        return Measurement(values={"line_count": (int(out), "lines")},
+                           workload="lines of data/lines.txt, counted by a child process")
+    """)
+
+
+def run(root: Path, *args: str) -> subprocess.CompletedProcess:
+    tool, *rest = args
+    return subprocess.run(
+        [sys.executable, "-m", f"gates.cli.{tool}", *rest],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def commit(root: Path, message: str) -> None:
+    widget_project.git(root, "add", "-A")
+    widget_project.git(
+        root, "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-qm", message
+    )
+
+
+def lines(n: int) -> str:
+    return "".join(f"line {i}\n" for i in range(n))
+
+
+def sources(root: Path) -> dict[str, str]:
+    record = json.loads((root / EVIDENCE).read_text())
+    return {s["path"]: s["sha256"] for s in record["sources"]}
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def status_line(root: Path) -> int:
+    """The line of GATE-WIDGET-001's `status:` in the contract (where pv puts the finding)."""
+    text = (root / CONTRACT).read_text().splitlines()
+    gate = next(i for i, line in enumerate(text) if "id: GATE-WIDGET-001" in line)
+    return next(i for i in range(gate, len(text)) if text[i].lstrip().startswith("status:")) + 1
+
+
+@pytest.fixture(scope="module")
+def promoted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The widget project with GATE-WIDGET-001 promoted to PASS by `gates promote`."""
+    root = tmp_path_factory.mktemp("fresh") / "widget"
+    root.mkdir()
+    widget_project.build(root)
+    (root / "pyproject.toml").write_text(
+        '# widget fixture project\n[tool.shipgate]\nmeasurements = ["gatework"]\n'
+    )
+    (root / "gatework").mkdir()
+    (root / "gatework" / "widget_gates.py").write_text(MEASUREMENT)
+    (root / "data").mkdir()
+    (root / "data" / "lines.txt").write_text(lines(5))
+    (root / "unread.txt").write_text("tracked, and read by nothing the gate runs\n")
+    commit(root, "a measurement that reads data through a child")
+    proc = run(root, "gates", "promote", "GATE-WIDGET-001", "--files", str(CONTRACT))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root
+
+
+@pytest.fixture
+def project(promoted: Path, tmp_path: Path) -> Path:
+    """A copy of the promoted project (its git history too) for a test to change."""
+    root = tmp_path / "widget"
+    shutil.copytree(promoted, root, symlinks=True)
+    return root
+
+
+def test_sources_are_the_files_the_tests_and_the_measurement_read(promoted: Path):
+    recorded = sources(promoted)
+    assert "widget.py" in recorded  # imported by the bound test, in the pytest child
+    assert "tests/test_widget.py" in recorded  # the bound test itself
+    assert "data/lines.txt" in recorded  # opened only by the measurement's own child
+    assert "gatework/widget_gates.py" in recorded  # the measurement's module
+    assert "unread.txt" not in recorded  # tracked, but nothing read it
+    assert not [p for p in recorded if p.startswith(("contracts/", "evidence/", "/"))]
+    assert ".gates.lock" not in recorded
+    assert list(recorded) == sorted(recorded)
+    for path, digest in recorded.items():
+        assert digest == sha256(promoted / path), path
+
+
+def test_a_changed_source_is_stale_and_reverting_it_is_fresh(project: Path):
+    before = (project / "widget.py").read_text()
+    record = json.loads((project / EVIDENCE).read_text())
+    commit_12 = record["git"]["commit"][:12]
+
+    clean = run(project, "pv", "validate", str(CONTRACT))
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert "EVIDENCE-STALE" not in clean.stdout
+    assert run(project, "pv", "status", "--require-ship-ready").returncode == 0
+
+    (project / "unread.txt").write_text("changed, but no source of the gate\n")
+    assert "EVIDENCE-STALE" not in run(project, "pv", "validate", str(CONTRACT)).stdout
+
+    (project / "widget.py").write_text(before + "# one more line\n")
+    stale = run(project, "pv", "validate", str(CONTRACT))
+    assert stale.returncode == 0, stale.stdout + stale.stderr  # a warning, never a failure
+    assert (
+        f"{CONTRACT}:{status_line(project)}:" in stale.stdout
+        and "warning EVIDENCE-STALE: GATE-WIDGET-001" in stale.stdout
+    ), stale.stdout
+    assert f"widget.py changed since commit {commit_12}" in stale.stdout
+    assert run(project, "pv", "validate", "--strict", str(CONTRACT)).returncode == 1
+
+    ready = run(project, "pv", "status", "--require-ship-ready")
+    assert ready.returncode == 1, ready.stdout + ready.stderr
+    assert "stale: GATE-WIDGET-001" in ready.stdout
+    assert "STALE 1" in ready.stdout
+    status = json.loads(run(project, "pv", "status", "--format", "json").stdout)
+    (widget,) = status["contracts"]
+    assert widget["counts"]["STALE"] == 1
+    assert status["ship_blocking_stale"] == ["GATE-WIDGET-001"]
+
+    (project / "widget.py").write_text(before)
+    assert "EVIDENCE-STALE" not in run(project, "pv", "validate", str(CONTRACT)).stdout
+    assert run(project, "pv", "status", "--require-ship-ready").returncode == 0
+
+
+def test_a_source_read_only_by_a_child_of_the_measurement_is_gone_then_stale(project: Path):
+    (project / "data" / "lines.txt").unlink()
+    stale = run(project, "pv", "validate", str(CONTRACT))
+    assert stale.returncode == 0
+    assert "data/lines.txt gone since commit" in stale.stdout
+
+
+def test_promote_stale_refreshes_every_stale_gate(project: Path):
+    (project / "data" / "lines.txt").write_text(lines(6))
+    commit(project, "one more line")
+    assert "data/lines.txt changed" in run(project, "pv", "validate", str(CONTRACT)).stdout
+
+    dry = run(project, "gates", "promote", "--stale", "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "GATE-WIDGET-001: PASS, stale: data/lines.txt changed" in dry.stdout
+    assert "data/lines.txt changed" in run(project, "pv", "validate", str(CONTRACT)).stdout
+
+    proc = run(project, "gates", "promote", "--stale")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "GATE-WIDGET-001: re-promoted to PASS" in proc.stdout
+    fresh = run(project, "pv", "validate", str(CONTRACT))
+    assert fresh.returncode == 0 and "EVIDENCE-STALE" not in fresh.stdout, fresh.stdout
+    record = json.loads((project / EVIDENCE).read_text())
+    assert record["measurements"]["line_count"]["value"] == 6
+    recorded = sources(project)
+    assert recorded["data/lines.txt"] == sha256(project / "data" / "lines.txt")
+    # Imported from its byte-code cache where one was written: still its .py that counts.
+    assert "widget.py" in recorded
+    assert run(project, "gates", "promote", "--stale").stdout.strip() == "no gate is stale"
+
+
+def test_promote_stale_fails_naming_a_gate_that_no_longer_passes(project: Path):
+    (project / "data" / "lines.txt").write_text(lines(2))
+    commit(project, "too few lines")
+    before = (project / EVIDENCE).read_text()
+    proc = run(project, "gates", "promote", "--stale")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "GATE-WIDGET-001: FAILED" in proc.stdout
+    assert (project / EVIDENCE).read_text() == before
+
+
+def test_promote_needs_a_gate_or_stale(project: Path):
+    assert run(project, "gates", "promote").returncode == 2
+    assert run(project, "gates", "promote", "GATE-WIDGET-001", "--stale").returncode == 2
+
+
+def test_check_ship_blocking_re_measures_each_and_writes_nothing(project: Path):
+    """What CI runs at HEAD: the ship-blocking gate only (GATE-WIDGET-002 needs an artifact
+    nobody gave: checking it would be refused), a verdict table, nothing changed."""
+    commit(project, "the promotion")
+
+    def tree() -> tuple[str, dict]:
+        status = subprocess.run(
+            ["git", "-C", str(project), "status", "--porcelain", "--ignored"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return status, {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
+
+    before = tree()
+    proc = run(project, "gates", "check", "--ship-blocking", "--files", str(CONTRACT))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "== gates check GATE-WIDGET-001" in proc.stdout
+    assert "GATE-WIDGET-002" not in proc.stdout
+    assert "re-measured: 1 of 1 PASS" in proc.stdout
+    assert tree() == before
+
+
+def test_check_ship_blocking_fails_when_one_does_not_pass(project: Path):
+    (project / "data" / "lines.txt").write_text(lines(2))
+    commit(project, "too few lines")
+    proc = run(project, "gates", "check", "--ship-blocking", "--files", str(CONTRACT))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "0 of 1 PASS" in proc.stdout and "not PASS: GATE-WIDGET-001" in proc.stdout

@@ -1,0 +1,310 @@
+"""Reproducible gate artifacts (gates.recipes): `gates check` / `promote` without --artifact
+rebuild a gate's artifact from the recipe its measurer declares into a content-addressed
+cache, reuse the cache, and say when a rebuild digests differently from the evidence.
+
+The widget project (tests/acceptance/widget_project.py) gets a tiny recipe: a script that
+writes N lines to {out} and counts its runs in a file named by $WIDGET_BUILDS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from gates import evidence, measure, promotion, recipes
+from gates.validate import validate
+from tests.acceptance import widget_project
+
+GATE = "GATE-WIDGET-001"
+MAKE_WIDGET = """\
+import os, sys
+from pathlib import Path
+with open(os.environ["WIDGET_BUILDS"], "a") as fh:
+    fh.write("build\\n")
+if os.environ.get("WIDGET_FAIL"):
+    print("widget recipe: no widgets today", file=sys.stderr)
+    sys.exit(3)
+n = int(os.environ.get("WIDGET_LINES", "5"))
+Path(sys.argv[1]).write_text("".join(f"line {i}\\n" for i in range(n)))
+"""
+RECIPE = recipes.Recipe(command=("python", "make_widget.py", "{out}"), seed=7, name="widget.txt")
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
+    root = tmp_path / "widget"
+    root.mkdir()
+    contract = widget_project.build(root)
+    (root / "make_widget.py").write_text(MAKE_WIDGET)
+    widget_project.git(root, "add", "make_widget.py")
+    widget_project.git(root, "-c", "user.name=t", "-c", "user.email=t@t.invalid",
+                       "commit", "-qm", "recipe")  # fmt: skip
+    spec = importlib.util.spec_from_file_location(
+        "widget_measurement", root / "widget_measurement.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # registers the GATE-WIDGET-* measurements in-process
+    monkeypatch.setitem(
+        measure.REGISTRY, GATE, dataclasses.replace(measure.REGISTRY[GATE], recipe=RECIPE)
+    )
+    monkeypatch.setenv("SHIPGATE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("WIDGET_BUILDS", str(tmp_path / "builds.txt"))
+    return root, contract
+
+
+def builds(root: Path) -> int:
+    counter = root.parent / "builds.txt"
+    return len(counter.read_text().splitlines()) if counter.exists() else 0
+
+
+def check(root: Path, contract: Path, *artifacts: Path) -> promotion.CheckResult:
+    c = validate([contract]).contracts[0]
+    return promotion.check(root, c, c.gate(GATE), list(artifacts), command=["gates", "check"])
+
+
+def cache_entries(root: Path) -> list[str]:
+    cache = root.parent / "cache"
+    return sorted(p.name for p in cache.iterdir()) if cache.exists() else []
+
+
+def test_no_artifact_anywhere_is_built_from_the_recipe_then_reused_from_the_cache(project):
+    root, contract = project
+    first = check(root, contract)
+    assert first.verdict == "PASS"
+    assert builds(root) == 1
+    (entry,) = first.evidence["artifacts"]
+    assert entry["name"] == "widget.txt" and "path" not in entry  # in the cache: no path
+    assert entry["sha256"] == recipes.digest(root.parent / "cache" / entry["sha256"] /
+                                             "widget.txt")[0]  # fmt: skip
+    assert entry["recipe"]["command"] == ["python", "make_widget.py", "{out}"]
+    assert entry["recipe"]["seed"] == 7
+    assert entry["recipe"]["inputs"] == [
+        {"path": "make_widget.py", "sha256": evidence.sha256_of(root / "make_widget.py")[0]}
+    ]
+    assert evidence.schema_errors(first.evidence) == []
+    assert not any("/" in arg and Path(arg).is_absolute() for arg in json.dumps(entry).split('"'))
+    # A second check finds the build by its recipe: no second build.
+    again = check(root, contract)
+    assert again.verdict == "PASS" and builds(root) == 1
+    assert again.evidence["artifacts"][0]["sha256"] == entry["sha256"]
+    assert [e for e in cache_entries(root) if not e.startswith(".")] == [
+        entry["sha256"],
+        "by-recipe",
+    ]
+
+
+def test_a_promotion_with_no_evidence_builds_and_the_next_check_uses_the_recorded_digest(
+    project,
+):
+    root, contract = project
+    result = promotion.promote(root, contract, GATE, [], command=["gates", "promote", GATE])
+    assert result.verdict == "PASS" and builds(root) == 1
+    (root.parent / "cache" / "by-recipe").rename(root.parent / "by-recipe-aside")
+    assert check(root, contract).verdict == "PASS"  # found by the evidence's digest
+    assert builds(root) == 1
+
+
+def test_a_recorded_path_that_is_gone_is_rebuilt_and_measured(project):
+    root, contract = project
+    art = root / "runs" / "widget.txt"
+    art.parent.mkdir()
+    art.write_text("".join(f"line {i}\n" for i in range(5)))  # what the recipe makes
+    promotion.promote(root, contract, GATE, [art], command=["gates", "promote", GATE])
+    recorded = json.loads((root / "evidence/C-WIDGET/GATE-WIDGET-001.json").read_text())
+    assert recorded["artifacts"][0]["path"] == "runs/widget.txt"
+    assert check(root, contract).verdict == "PASS" and builds(root) == 0  # still there
+    art.unlink()
+    result = check(root, contract)
+    assert result.verdict == "PASS" and builds(root) == 1
+    assert result.evidence["artifacts"][0]["sha256"] == recorded["artifacts"][0]["sha256"]
+    assert result.notices == [] and "notes" not in result.evidence
+
+
+def test_a_rebuild_with_another_digest_is_measured_and_noted(project, monkeypatch):
+    root, contract = project
+    art = root / "runs" / "widget.txt"
+    art.parent.mkdir()
+    art.write_text("one\ntwo\nthree\nfour\n")  # not what the recipe makes
+    promotion.promote(root, contract, GATE, [art], command=["gates", "promote", GATE])
+    art.unlink()
+    result = check(root, contract)
+    assert builds(root) == 1
+    assert result.verdict == "PASS"
+    assert result.evidence["measurements"]["line_count"]["value"] == 5  # the rebuilt one
+    (notice,) = result.notices
+    assert "not bitwise reproducible" in notice and "measured against the threshold" in notice
+    assert notice in result.evidence["notes"]
+    # The same when the code changed: the note names the input.
+    (root / "make_widget.py").write_text(MAKE_WIDGET + "# changed\n")
+    monkeypatch.setenv("WIDGET_LINES", "6")
+    changed = check(root, contract)
+    assert "the code changed" in changed.notices[0] and "make_widget.py" in changed.notices[0]
+    assert changed.evidence["measurements"]["line_count"]["value"] == 6
+
+
+def test_a_rebuild_that_misses_the_threshold_fails(project, monkeypatch):
+    root, contract = project
+    monkeypatch.setenv("WIDGET_LINES", "2")
+    result = check(root, contract)
+    assert result.verdict == "FAIL" and builds(root) == 1
+
+
+def test_a_failing_recipe_is_refused_with_its_stderr_and_nothing_is_cached(project, monkeypatch):
+    root, contract = project
+    monkeypatch.setenv("WIDGET_FAIL", "1")
+    with pytest.raises(promotion.RefusedError, match=r"(?s)exited with 3.*no widgets today"):
+        check(root, contract)
+    assert builds(root) == 1
+    assert cache_entries(root) == []  # no entry, no index, no half-built temp directory
+
+
+def test_an_explicit_artifact_still_works_and_is_never_rebuilt(project):
+    root, contract = project
+    art = root.parent / "given.txt"
+    art.write_text("a\nb\nc\n")
+    result = check(root, contract, art)
+    assert result.verdict == "PASS" and builds(root) == 0
+    (entry,) = result.evidence["artifacts"]
+    assert entry["name"] == "given.txt" and "path" not in entry  # outside the root
+    assert entry["recipe"]["command"][0] == "python"
+
+
+def test_an_artifact_that_changes_while_measured_is_still_refused(project, monkeypatch):
+    root, contract = project
+    check(root, contract)  # build once
+    real = measure.REGISTRY[GATE]
+
+    def tamper(ctx):
+        out = real.fn(ctx)
+        ctx.artifacts[0].write_text("tampered\n")
+        return out
+
+    monkeypatch.setitem(measure.REGISTRY, GATE, dataclasses.replace(real, fn=tamper))
+    with pytest.raises(promotion.RefusedError, match="changed while it was being measured"):
+        check(root, contract)
+
+
+def test_a_recipe_must_write_to_out_and_say_why_it_leaves_bytes_out():
+    with pytest.raises(ValueError, match="out"):
+        recipes.Recipe(command=("python", "make.py"))
+    with pytest.raises(ValueError, match="says why"):
+        recipes.Recipe(command=("python", "make.py", "{out}"), exclude=("*.db",))
+    with pytest.raises(ValueError, match="inside"):
+        recipes.Recipe(command=("python", "make.py", "{out}"), select="../x")
+    with pytest.raises(ValueError, match="why_not_bitwise"):
+        recipes.Recipe(command=("python", "m.py", "{out}"), bitwise_across_machines=False)
+
+
+# --- the digest --------------------------------------------------------------------------
+
+RULES = recipes.Recipe(
+    command=("python", "make.py", "{out}"),
+    exclude=("train/*.db",),
+    volatile={"train/*.jsonl": ("step_s",), "manifest.json": ("created",)},
+    reason="timings and the run store",
+)
+
+
+def _artifact(tmp_path: Path) -> Path:
+    a = tmp_path / "art"
+    (a / "train").mkdir(parents=True)
+    (a / "train" / "runs.db").write_bytes(b"sqlite-ish\x00")
+    (a / "train" / "metrics.jsonl").write_text(
+        '{"step": 1, "loss": 2.5, "step_s": 0.01}\n{"step": 2, "loss": 2.25, "step_s": 0.02}\n'
+    )
+    (a / "manifest.json").write_text(
+        json.dumps({"created": "2026-01-01T00:00:00Z", "nested": {"created": 1, "seed": 3}})
+    )
+    (a / "weights.bin").write_bytes(bytes(range(256)))
+    return a
+
+
+def test_without_rules_the_digest_is_the_evidence_hash(tmp_path):
+    a = _artifact(tmp_path)
+    assert recipes.digest(a) == evidence.sha256_of(a)
+    assert recipes.digest(a / "weights.bin") == evidence.sha256_of(a / "weights.bin")
+
+
+@pytest.mark.parametrize(
+    ("change", "same"),
+    [
+        (lambda a: (a / "train" / "runs.db").write_bytes(b"other"), True),
+        (lambda a: (a / "train" / "runs.db").unlink(), True),
+        (
+            lambda a: (a / "train" / "metrics.jsonl").write_text(
+                '{"step_s": 9.9, "step": 1, "loss": 2.5}\n{"step": 2, "loss": 2.25, "step_s": 7}\n'
+            ),
+            True,
+        ),
+        (
+            lambda a: (a / "manifest.json").write_text(
+                json.dumps({"nested": {"seed": 3, "created": 2}, "created": "later"}, indent=2)
+            ),
+            True,
+        ),
+        (
+            lambda a: (a / "train" / "metrics.jsonl").write_text(
+                '{"step": 1, "loss": 2.5, "step_s": 0.01}\n'
+                '{"step": 2, "loss": 2.26, "step_s": 0.02}\n'
+            ),
+            False,
+        ),
+        (
+            lambda a: (a / "manifest.json").write_text(
+                json.dumps({"created": "2026-01-01T00:00:00Z", "nested": {"created": 1, "seed": 4}})
+            ),
+            False,
+        ),
+        (lambda a: (a / "weights.bin").write_bytes(bytes(range(255)) + b"\x00"), False),
+        (lambda a: (a / "extra.txt").write_text(""), False),
+        (lambda a: (a / "weights.bin").rename(a / "weights2.bin"), False),
+        (lambda a: (a / "train" / "other.db").write_text("x"), True),  # matches the glob
+        (lambda a: (a / "top.db").write_text("x"), False),  # does not
+    ],
+)
+def test_the_digest_ignores_excluded_files_and_volatile_keys_and_nothing_else(
+    tmp_path, change, same
+):
+    a = _artifact(tmp_path)
+    before = recipes.digest(a, RULES)
+    assert before != recipes.digest(a)  # the rules are applied
+    change(a)
+    assert (recipes.digest(a, RULES) == before) is same
+
+
+def test_a_volatile_file_that_is_not_json_is_an_error(tmp_path):
+    a = _artifact(tmp_path)
+    (a / "manifest.json").write_text("{not json")
+    with pytest.raises(recipes.RecipeError, match="not JSON"):
+        recipes.digest(a, RULES)
+
+
+# --- the real loop run -------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_builds_of_the_loop_run_in_different_directories_digest_the_same(tmp_path):
+    """tools/make_loop_run.py under LOOP_RUN's digest rules: nothing written depends on
+    the directory or the clock (about 6 s a build on 2 cores)."""
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from tests.measurements.checkpoint_gates import LOOP_RUN  # noqa: PLC0415
+
+    root = Path(__file__).resolve().parents[2]
+    digests = []
+    for name in ("first", "a-longer-second-name"):
+        out = tmp_path / name / "run"
+        env = os.environ | {"SHIPGATE_HOME": str(tmp_path / f"home-{name}")}
+        argv = [a.replace("{out}", str(out)) for a in LOOP_RUN.command]
+        subprocess.run([sys.executable, *argv[1:]], cwd=root, env=env, check=True,
+                       capture_output=True, timeout=600)  # fmt: skip
+        assert not any(str(tmp_path) in p.read_text(errors="replace")
+                       for p in out.rglob("*") if p.is_file() and p.suffix != ".db")  # fmt: skip
+        digests.append(recipes.digest(out, LOOP_RUN))
+    assert digests[0] == digests[1]

@@ -30,6 +30,7 @@ from gates import (
 from gates.checks.project_rules import evidence_mismatches
 from gates.contract import Contract, Gate
 from gates.machine_paths import portable_command
+from gates.rules import about_recorded_evidence
 from gates.source import MAX_SOURCE_BYTES
 from gates.validate import validate
 
@@ -54,8 +55,11 @@ def load_gate(root: Path, contract_path: Path, gate_id: str) -> tuple[Contract, 
     result = validate([contract_path], root=root)
     if result.unreadable:
         raise RefusedError("; ".join(result.unreadable))
-    if result.report.errors:
-        first = result.report.sorted()[0]
+    # Findings about recorded evidence do not stop a re-measurement: it is how they are fixed.
+    errors = [f for f in result.report.sorted() if f in result.report.errors]
+    errors = [f for f in errors if not about_recorded_evidence(f.rule)]
+    if errors:
+        first = errors[0]
         raise RefusedError(
             f"{first.file}:{first.line}: {first.rule}: {first.message} "
             "(the contract must pass `pv validate` first)"

@@ -320,3 +320,10 @@ RULES: dict[str, Rule] = {
 def rule(rule_id: str) -> Rule:
     """Look up a rule; an unknown id is a programming error in a checker."""
     return RULES[rule_id]
+
+
+def about_recorded_evidence(rule_id: str) -> bool:
+    """A finding about what evidence or the audit recorded (EVIDENCE-*, AUDIT-*): re-measuring
+    is what fixes it, so `gates check`/`promote`/`audit` do not refuse on it. A contract
+    error (schema, references, bound tests) still stops them."""
+    return rule_id.startswith(("EVIDENCE-", "AUDIT-"))

@@ -18,7 +18,7 @@ from gates.validate import find_root
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    contracts = valid_contracts(args, "gates")
+    contracts = valid_contracts(args, "gates", remeasuring=True)
     require_known("contract", args.contract, [c.id for c in contracts])
     require_known("gate", args.gate, [g.id for c in contracts for g in c.gates])
     root = args.root or (find_root(contracts[0].path) if contracts else Path.cwd())

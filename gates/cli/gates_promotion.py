@@ -38,7 +38,7 @@ def find_gate(contracts: list[Contract], gate_id: str) -> tuple[Contract, Gate]:
 
 
 def _target(args: argparse.Namespace) -> tuple[Path, Contract, Gate]:
-    contracts = valid_contracts(args, "gates")
+    contracts = valid_contracts(args, "gates", remeasuring=True)
     contract, gate = find_gate(contracts, args.gate)
     root = args.root or find_root(contract.path)
     return root, contract, gate
@@ -88,7 +88,7 @@ def cmd_check_ship_blocking(args: argparse.Namespace) -> int:
     is PASS. A missing artifact is rebuilt from its recipe into the cache (gates.recipes)."""
     if args.gate is not None or args.artifact or args.out:
         raise UsageError("--ship-blocking checks every such gate: drop GATE, --artifact, --out")
-    contracts = valid_contracts(args, "gates")
+    contracts = valid_contracts(args, "gates", remeasuring=True)
     blocking = [(c, g) for c in contracts for g in c.gates if g.ship_blocking]
     results: list[tuple[str, str, float]] = []
     with tempfile.TemporaryDirectory(prefix="shipgate-check-") as tmp:
@@ -152,7 +152,7 @@ def cmd_promote_stale(args: argparse.Namespace) -> int:
         raise UsageError(
             "--stale re-promotes every stale gate to its status: drop GATE, --artifact and --to"
         )
-    contracts = valid_contracts(args, "gates")
+    contracts = valid_contracts(args, "gates", remeasuring=True)
     stale = [
         (c, g, why)
         for c in contracts

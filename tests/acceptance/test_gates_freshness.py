@@ -235,3 +235,25 @@ def test_check_ship_blocking_fails_when_one_does_not_pass(project: Path):
     proc = run(project, "gates", "check", "--ship-blocking", "--files", str(CONTRACT))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "0 of 1 PASS" in proc.stdout and "not PASS: GATE-WIDGET-001" in proc.stdout
+
+
+def test_forged_evidence_does_not_stop_the_re_measurement_that_fixes_it(project: Path):
+    """pv rejects evidence recording an absolute path; `gates promote` re-measures over that
+    finding (it is how it is fixed), but still refuses a contract error."""
+    commit(project, "the promotion")
+    record = json.loads((project / EVIDENCE).read_text())
+    record["command"][0] = "/home/someone/.venv/bin/gates"
+    (project / EVIDENCE).write_text(json.dumps(record))
+    commit(project, "forged")
+    assert "EVIDENCE-ABSOLUTE-PATH" in run(project, "pv", "validate", str(CONTRACT)).stdout
+    proc = run(project, "gates", "promote", "GATE-WIDGET-001", "--files", str(CONTRACT))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "do not stop a re-measurement" in proc.stderr
+    assert json.loads((project / EVIDENCE).read_text())["command"][0] == "gates"
+    assert run(project, "pv", "validate", str(CONTRACT)).returncode == 0
+
+    contract = project / CONTRACT
+    contract.write_text(contract.read_text().replace("kind: tooling", "kind: toolin"))
+    commit(project, "a contract error")
+    proc = run(project, "gates", "promote", "GATE-WIDGET-001", "--files", str(CONTRACT))
+    assert proc.returncode == 1 and "SCHEMA-ENUM" in proc.stderr, proc.stderr

@@ -218,12 +218,17 @@ def test_a_contract_that_fails_pv_validate_is_refused(project):
         promote(root, contract, artifact(root, 5), allow_dirty="an invalid contract")
 
 
-def test_corrupt_evidence_is_a_clear_refusal(project):
+def test_corrupt_evidence_is_refused_as_a_source_and_replaced_by_a_re_measurement(project):
+    """EVIDENCE-INVALID does not stop a promotion (re-measuring is how it is fixed), but
+    evidence that cannot be read cannot say which artifact to re-measure either."""
     root, contract = project
     promote(root, contract, artifact(root, 5))
     (root / EVIDENCE).write_text("{not json")
-    with pytest.raises(promotion.RefusedError, match="EVIDENCE-INVALID"):
-        promote(root, contract, artifact(root, 5))
+    with pytest.raises(promotion.RefusedError, match="current evidence is unusable"):
+        promote(root, contract)
+    assert (root / EVIDENCE).read_text() == "{not json"
+    promote(root, contract, artifact(root, 5))
+    assert json.loads((root / EVIDENCE).read_text())["verdict"] == "PASS"
 
 
 # A kill at every boundary of a promotion or demotion: tests/acceptance/test_gates_crash.py.

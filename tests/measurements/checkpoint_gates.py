@@ -90,6 +90,21 @@ def _checkpoints(directory: Path) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
+def _name(run: Path) -> str:
+    """The run as evidence names it: its name, not where this machine keeps it (the cache)."""
+    return run.name
+
+
+def _shown(text: str, root: Path, scratch: Path) -> str:
+    """A line of the trainer's output with no path of this machine in it (pv refuses an
+    absolute path in evidence): the scratch directory and the project root named, not
+    spelled out."""
+    for path, name in ((scratch, "<scratch>"), (root, "<root>")):
+        for spelled in dict.fromkeys((str(path.resolve()), str(path))):
+            text = text.replace(spelled, name)
+    return text
+
+
 def _trainer(
     root: Path, *args: str, cwd: Path | None = None, timeout: float = _TIMEOUT
 ) -> subprocess.CompletedProcess:
@@ -233,7 +248,7 @@ def differing_values_after_resume(ctx: GateContext) -> Measurement:
             "resumes": (len(resumes), "runs"),
         },
         workload=(
-            f"{run}: for each checkpoint before the final step {final_step} "
+            f"{_name(run)}: for each checkpoint before the final step {final_step} "
             f"({resumes}), `trainer apply run.yaml --resume CKPT` in a new process; its "
             f"step-{final_step} checkpoint (weights, AdamW exp_avg/exp_avg_sq/step, RNG "
             "tensors, rng.json, state.json: scheduler step, data position, guards) compared "
@@ -406,7 +421,7 @@ def corrupt_checkpoints_loaded(ctx: GateContext) -> Measurement:
             "fault_cases": (len(outcomes), "cases"),
         },
         workload=(
-            f"{run}: scratch copies of train/checkpoints; (a) the newest checkpoint "
+            f"{_name(run)}: scratch copies of train/checkpoints; (a) the newest checkpoint "
             f"(step {newest_step}) damaged - a byte flipped in each file, model file "
             "truncated, manifest deleted, a listed file deleted, a pickle planted - then the "
             "loader (latest_valid) asked for a checkpoint; (b) a fresh process loading step "
@@ -539,8 +554,8 @@ def missing_checkpoints(ctx: GateContext) -> Measurement:
     return Measurement(
         values={"missing_checkpoints": (missing, "checkpoints")},
         workload=(
-            f"{run}: (1) `trainer apply run.yaml` again (save_interval {interval}, max_steps "
-            f"{max_steps}): the checkpoints it reports against every multiple of the "
+            f"{_name(run)}: (1) `trainer apply run.yaml` again (save_interval {interval}, "
+            f"max_steps {max_steps}): the checkpoints it reports against every multiple of the "
             "interval and the last step, and the artifact's final checkpoint is there and "
             "verifies; (2) the same data with max_steps 20,000 and save_interval 25, "
             "SIGTERM once the first checkpoint exists: exit 0 and a verifying checkpoint of "
@@ -601,7 +616,8 @@ def export_tensor_bytes_shortfall(ctx: GateContext) -> Measurement:
     init = _init_tensor_bytes(newest)
     with tempfile.TemporaryDirectory(prefix="gate-015-") as tmp:
         out = Path(tmp) / "export"
-        done = _trainer(ctx.root, "export", str(newest), "--out", str(out))
+        # In the run directory: its config and manifests name the tokenizer relative to it.
+        done = _trainer(ctx.root, "export", str(newest), "--out", str(out), cwd=run)
         exported = _tensor_bytes(out / "model.safetensors") if done.returncode == 0 else {}
         missing = sum(len(b) for n, b in trained.items() if exported.get(n) != b)
         untrained = sum(len(b) for n, b in exported.items() if init.get(n) == b)
@@ -609,7 +625,7 @@ def export_tensor_bytes_shortfall(ctx: GateContext) -> Measurement:
         empty_src = Path(tmp) / newest.name
         _empty_model_checkpoint(newest, empty_src)
         refused_out = Path(tmp) / "empty-export"
-        refused = _trainer(ctx.root, "export", str(empty_src), "--out", str(refused_out))
+        refused = _trainer(ctx.root, "export", str(empty_src), "--out", str(refused_out), cwd=run)
         empty_written = refused.returncode == 0 or refused_out.exists()
     shortfall = missing + untrained + (expected_bytes if empty_written else 0)
     return Measurement(
@@ -620,7 +636,7 @@ def export_tensor_bytes_shortfall(ctx: GateContext) -> Measurement:
             "exported_tensors": (len(exported), "tensors"),
         },
         workload=(
-            f"{run}: `trainer export {newest.name}` read back by its bytes: every tensor of "
+            f"{_name(run)}: `trainer export {newest.name}` read back by its bytes: every tensor of "
             "the checkpoint's model.safetensors must be in the export with identical bytes "
             "and differ from the fresh build with the run's seed; then `trainer export` of a "
             "copy whose model file holds no tensor (manifest rehashed to agree) must exit "
@@ -631,7 +647,10 @@ def export_tensor_bytes_shortfall(ctx: GateContext) -> Measurement:
             "export_files": files,
             "export_exit": done.returncode,
             "empty_export_exit": refused.returncode,
-            "empty_export_refusal": refused.stderr.strip().splitlines()[-1:],
+            "empty_export_refusal": [
+                _shown(line, ctx.root, Path(tmp))
+                for line in refused.stderr.strip().splitlines()[-1:]
+            ],
             "missing_or_different_bytes": missing,
             "bytes_equal_to_init": untrained,
         },
@@ -740,7 +759,7 @@ def pickle_operations(ctx: GateContext) -> Measurement:
             "files_scanned": (files, "files"),
         },
         workload=(
-            f"{run}: in a fresh process with pickle.dump/dumps/load/loads/Pickler/"
+            f"{_name(run)}: in a fresh process with pickle.dump/dumps/load/loads/Pickler/"
             "Unpickler, torch.save and torch.load replaced by functions that count and "
             "raise: `trainer apply run.yaml` (periodic and final saves), `trainer apply "
             "--resume` from its first checkpoint, `trainer export` and `trainer inspect` of "

@@ -765,7 +765,7 @@ def export_logits_vs_transformers(ctx: GateContext) -> Measurement:
     return Measurement(
         values={"max_abs_logit_diff": (max(per_prompt), "logit (float32, absolute)")},
         workload=(
-            f"{ckpt}: `trainer export` loaded by transformers "
+            f"{ckpt.name}: `trainer export` loaded by transformers "
             f"{transformers.__version__} LlamaForCausalLM.from_pretrained (eager attention, "
             "float32) against our Llama loaded from the checkpoint's model.safetensors; "
             f"{LOGIT_PROMPTS} prompts of {LOGIT_PROMPT_LEN} ids drawn with seed 0 from the "

@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gates.audit import portable
 from gates.evidence import sha256_of
 from gates.measure import GateContext, Measurement, measures
 
@@ -96,8 +97,15 @@ def _case(done: subprocess.CompletedProcess, before: str | None, out: Path, size
         "both_sizes_named": named,
         "started": started,
         "crashed": not started and not documented,
-        "message": done.stderr.strip().splitlines()[-1:] if done.stderr.strip() else [],
+        "message": _last_line(done.stderr),
     }
+
+
+def _last_line(stderr: str) -> list[str]:
+    """The trainer's last stderr line, as evidence may record it: with no path of this
+    machine (the runs live in a temporary directory; pv refuses an absolute path)."""
+    lines = stderr.strip().splitlines()[-1:]
+    return [portable(line, Path.cwd()) for line in lines]
 
 
 def _matched(done: subprocess.CompletedProcess) -> dict:
@@ -105,7 +113,7 @@ def _matched(done: subprocess.CompletedProcess) -> dict:
     return {
         "exit": done.returncode,
         "refused": done.returncode != 0,
-        "message": done.stderr.strip().splitlines()[-1:] if done.stderr.strip() else [],
+        "message": _last_line(done.stderr),
     }
 
 

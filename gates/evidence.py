@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import platform
+import signal
 import subprocess
 import sysconfig
 import tempfile
@@ -203,7 +204,19 @@ def git_info(root: Path) -> dict:
 
     try:
         commit = git("rev-parse", "HEAD")
+    except (OSError, subprocess.SubprocessError):  # no git, not a repository, no commit yet
+        return {"commit": "0" * 40, "dirty": True}
+    try:
         dirty = bool(git("status", "--porcelain", "--untracked-files=normal", "--", *_DERIVED))
+    except subprocess.CalledProcessError as exc:
+        # A repository whose status git cannot take (a full disk: it rewrites the index) is
+        # an I/O failure to report, not "uncommitted changes".
+        why = exc.stderr.strip() or (
+            f"killed by {signal.Signals(-exc.returncode).name}"  # SIGXFSZ: past a file-size limit
+            if exc.returncode < 0
+            else f"exit status {exc.returncode}"
+        )
+        raise OSError(f"git status in {root} failed: {why}") from None
     except (OSError, subprocess.SubprocessError):
         return {"commit": "0" * 40, "dirty": True}
     return {"commit": commit, "dirty": dirty}

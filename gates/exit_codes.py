@@ -1,8 +1,8 @@
 """Named exit codes shared by the `pv`, `gates` and `trainer` command-line tools.
 
 Each number has one name and one meaning across the tools. The trainer's own statuses
-(4 ALERT_STOPPED, 5 ABORTED) live in trainer/exit_codes.py and use no number named here;
-the README's "Exit codes" table lists them all.
+(4 ALERT_STOPPED, 5 ABORTED, 6 SAVE_FAILED) live in trainer/exit_codes.py and use no number
+named here; the README's "Exit codes" table lists them all.
 """
 
 import os

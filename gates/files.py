@@ -205,10 +205,13 @@ def _fill(fd: int, data: bytes, target: Path) -> None:
     """Write all of ``data`` to ``fd``, give it ``target``'s permissions, fsync it. Plain
     os calls, so a test that counts a write's disk operations sees every one."""
     view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-    os.fchmod(fd, _mode_for(target))
-    os.fsync(fd)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fchmod(fd, _mode_for(target))
+        os.fsync(fd)
+    except OSError as exc:  # a descriptor's error names no file: name the one being written
+        raise OSError(exc.errno, exc.strerror, str(target)) from None
 
 
 def _discard(tmp: Path) -> None:

@@ -61,6 +61,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
+from gates import files
 from gates.files import sha256_file
 
 #: Where a traced child reports: one ``<pid>.paths`` file per process, a path a line.
@@ -177,9 +178,14 @@ class Recording:
         _install()
         self._tmp = Path(tempfile.mkdtemp(prefix="shipgate-trace-"))
         site_dir, self.trace_dir = self._tmp / "site", self._tmp / "paths"
-        site_dir.mkdir()
-        self.trace_dir.mkdir()
-        (site_dir / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
+        try:
+            site_dir.mkdir()
+            self.trace_dir.mkdir()
+            hook = site_dir / "sitecustomize.py"
+            files.write_new(hook, SITECUSTOMIZE.encode(), like=hook)  # names it on EFBIG
+        except BaseException:
+            shutil.rmtree(self._tmp, ignore_errors=True)  # __exit__ will not run
+            raise
         self._saved = {k: os.environ.get(k) for k in ("PYTHONPATH", DIR_VAR, ROOTS_VAR)}
         roots = dict.fromkeys([os.path.abspath(self.root), os.path.realpath(self.root)])
         pythonpath = (str(site_dir), self._saved["PYTHONPATH"])

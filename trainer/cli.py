@@ -77,13 +77,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     terminal.install()  # the trainer's log records on stderr as "trainer: ..." lines
-    args = build_parser().parse_args(argv)
-    if getattr(args, "special_token", "") is None:
-        args.special_token = ["<|endoftext|>"]
+    own_process = argv is None  # the process's command line, not a caller's (a test's) list
+    if own_process:
+        terminal.handle_interrupts()  # a second Ctrl-C: no traceback (trainer/terminal.py)
+    status: int | None = None
     try:
-        return args.run(args)
-    except BrokenPipeError:  # `trainer runs ls | head`: the reader went away
-        return exit_codes.stop_on_broken_pipe()
+        args = build_parser().parse_args(argv)
+        if getattr(args, "special_token", "") is None:
+            args.special_token = ["<|endoftext|>"]
+        try:
+            status = args.run(args)
+        except BrokenPipeError:  # `trainer runs ls | head`: the reader went away
+            status = exit_codes.stop_on_broken_pipe()
+        if own_process:
+            terminal.command_returned(status)
+    except KeyboardInterrupt:
+        # Ctrl-C outside a training loop (which stops cleanly on it), or once the command
+        # had returned (its status stands); any further one exits at once (terminal.py).
+        if not own_process:
+            raise  # a caller's (a test's) interrupt is the caller's
+        if status is None:
+            status = terminal.INTERRUPTED
+            print("trainer: interrupted", file=sys.stderr)
+        if own_process:
+            terminal.command_returned(status)
+    return status
 
 
 if __name__ == "__main__":

@@ -19,6 +19,12 @@ returned it (`trainer pipeline` passes `trainer apply`'s on):
                         (checkpointed when the run has a checkpoint directory)
     5    ABORTED        the run aborted: non-finite loss or gradient norm, divergence,
                         exhausted data; the step and the value on stderr
+    6    SAVE_FAILED    the run's final checkpoint (its last step, early stop, stop alert or
+                        SIGTERM/SIGINT save) could not be written (disk full, file size
+                        limit, permission): its steps are not all saved; the cause and the
+                        last good checkpoint on stderr, status save_failed in
+                        training_state.json and the run store; `trainer pipeline` neither
+                        exports nor scores it
     141  BROKEN_PIPE    standard output closed by its reader (`trainer runs ls | head`)
 
 Under torchrun the launcher's own status is 1 whenever a rank exits non-zero.
@@ -35,3 +41,4 @@ from gates.exit_codes import (  # noqa: F401 - re-exported: the trainer's names 
 
 ALERT_STOPPED = 4
 ABORTED = 5
+SAVE_FAILED = 6

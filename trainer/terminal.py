@@ -20,12 +20,25 @@ The progress line (``\\rstep 12/100  loss ...``, redrawn in place every log inte
 drawn through the same handler, and only when stderr is a terminal (``progress_line()``):
 a record logged while it is on screen starts on a line of its own instead of running
 into it.
+
+Ctrl-C (SIGINT), for an entry point's own process (``handle_interrupts()``, then
+``command_returned(status)``): the first one raises KeyboardInterrupt as Python's default
+does (a training loop traps SIGINT itself and stops after its step, with a checkpoint);
+any further one ends the process at once, streams flushed, with no traceback: with the
+command's own status once it has returned (a Ctrl-C during the interpreter's shutdown,
+atexit callbacks and torch's finalizers, cannot turn a finished command into a traceback
+and exit -2), else with INTERRUPTED (130). Everything a command writes is durable when it
+is written; only the interpreter's own cleanup is cut short.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 import sys
+import threading
 from typing import TextIO
 
 LOGGER_NAME = "trainer"
@@ -94,3 +107,47 @@ def progress_line() -> TerminalHandler | None:
             stream = handler.stream
             return handler if stream is not None and stream.isatty() else None
     return None
+
+
+#: The status of a command ended by Ctrl-C, as a shell reports it (128 + SIGINT).
+INTERRUPTED = 128 + signal.SIGINT
+
+
+class _Interrupts:
+    """What the SIGINT handler knows: the command's status once it returned, and whether
+    it has raised KeyboardInterrupt already (the command is winding down on it)."""
+
+    status: int | None = None
+    raised = False
+
+
+def _flush_and_exit(status: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()
+    os._exit(status)
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    if _Interrupts.status is not None:
+        _flush_and_exit(_Interrupts.status)
+    if _Interrupts.raised:
+        _flush_and_exit(INTERRUPTED)
+    _Interrupts.raised = True
+    raise KeyboardInterrupt
+
+
+def handle_interrupts() -> None:
+    """Install the SIGINT handler the module docstring describes (main thread only; a
+    SIGINT the process was started ignoring stays ignored, as Python leaves it)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        return
+    _Interrupts.status, _Interrupts.raised = None, False
+    signal.signal(signal.SIGINT, _on_sigint)
+
+
+def command_returned(status: int) -> None:
+    """The command is done with ``status``: a Ctrl-C from now on exits with it."""
+    _Interrupts.status = status

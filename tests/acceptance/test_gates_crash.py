@@ -1,6 +1,7 @@
 """A killed `gates promote` or `gates demote` never strands the project (issue 20, item 2).
 
-Crash-point enumeration: a promotion, a re-promotion and a demotion each first run once in a
+Crash-point enumeration (tests/crash_points.py, shared with the trainer's checkpoint
+tests): a promotion, a re-promotion and a demotion each first run once in a
 forked child that records every boundary of its commit (BOUNDARIES counts them) — each call
 that changes the disk: a create, write, chmod, fsync, rename, unlink, mkdir or rmdir. Then,
 for every k from 0 (killed as the commit begins) to the last boundary, a fresh copy of the
@@ -12,6 +13,8 @@ recovery:
 - the project is exactly the old one or exactly the new one, file for file (evidence
   compared without its capture time), with no temp file, journal or directory left over;
 - the new state, once reached at some k, holds for every later k (no rollback of a commit);
+- the unkilled commit fsyncs every file after its last write and before any rename (what a
+  power loss, unlike a kill, would show: tests/crash_points.py durability_problems);
 - `pv validate` passes, and the other working directory is still empty;
 - stderr says what was recovered whenever there was something to recover, and nothing when
   there was not; a second command finds nothing left.
@@ -34,10 +37,8 @@ import datetime as dt
 import importlib.util
 import json
 import os
-import re
 import shutil
 import signal
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,102 +47,25 @@ import pytest
 from gates import atomic, promotion, testrun
 from gates.cli import gates as gates_cli
 from gates.cli import pv as pv_cli
+from tests import crash_points
 from tests.acceptance import widget_project
+from tests.crash_points import NEVER
 
 GATE = "GATE-WIDGET-001"
 CONTRACT = Path("contracts") / "widget-v1.yaml"
 EVIDENCE = Path("evidence") / "C-WIDGET" / f"{GATE}.json"
 #: The day the contract's changelog gets: today (UTC), so pv finds no date in the future.
 TODAY = dt.datetime.now(dt.UTC).date()
-#: os functions that change what is on disk; each call is one crash point. os.open counts
-#: only when it may create or write.
-MUTATING = ("open", "write", "fsync", "replace", "rename", "unlink", "mkdir", "rmdir", "chmod")
-MUTATING += ("fchmod", "ftruncate", "truncate", "remove", "link", "symlink")
-NEVER = 10**6
 #: Disk-changing calls of each commit, as docs/gates.md states them: a change to the commit
 #: sequence changes these, and the docs with them.
 BOUNDARIES = {"promote": 32, "re-promote": 28, "demote": 23}
 
 
-def _label(name: str, args: tuple) -> str:
-    """``replace .widget-v1.yaml.*.tmp``: the call and the file's name, a temp file's
-    random part starred so two runs of the same commit give the same labels."""
-    first = args[0] if args else ""
-    if isinstance(first, int):  # a descriptor: name the file it is open on
-        try:
-            first = os.readlink(f"/proc/self/fd/{first}")
-        except OSError:
-            first = f"fd {first}"
-    base = Path(str(first)).name
-    if base.startswith(".") and base.endswith(".tmp"):
-        base = re.sub(r"\.[^.]+\.tmp$", ".*.tmp", base)
-    return f"{name} {base}"
-
-
-def _is_boundary(name: str, args: tuple) -> bool:
-    if name != "open":
-        return True
-    flags = args[1] if len(args) > 1 else os.O_RDONLY
-    return bool(flags & (os.O_CREAT | os.O_WRONLY | os.O_RDWR | os.O_TRUNC))
-
-
 def run_crashing(op: Callable[[], object], cwd: Path, kill_at: int) -> tuple[int, list[str]]:
     """Run ``op`` in a forked child in ``cwd``; the child SIGKILLs itself right after the
     ``kill_at``-th disk-changing call inside atomic.commit (0: as commit is entered). Return
-    the child's wait status and the boundaries it passed, as labels."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        code = 0
-        real_write = os.write
-        try:
-            os.close(read_end)
-            os.chdir(cwd)
-            passed = [0]
-            inside = [False]
-
-            def record(label: str) -> None:
-                real_write(write_end, (label + "\n").encode())
-                passed[0] += 1
-                if passed[0] == kill_at:
-                    os.kill(os.getpid(), signal.SIGKILL)
-
-            def hooked(name: str, real: Callable) -> Callable:
-                def call(*args, **kwargs):
-                    result = real(*args, **kwargs)
-                    if inside[0] and _is_boundary(name, args):
-                        record(_label(name, args))
-                    return result
-
-                return call
-
-            for name in MUTATING:
-                setattr(os, name, hooked(name, getattr(os, name)))
-            real_commit = atomic.commit
-
-            def commit(*args, **kwargs):
-                if kill_at == 0:
-                    os.kill(os.getpid(), signal.SIGKILL)
-                inside[0] = True
-                try:
-                    return real_commit(*args, **kwargs)
-                finally:
-                    inside[0] = False
-
-            atomic.commit = commit
-            op()
-        except BaseException:
-            real_write(write_end, ("!" + traceback.format_exc().replace("\n", "|")).encode())
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as fh:
-        out = fh.read().decode()
-    _, status = os.waitpid(pid, 0)
-    labels = out.splitlines()
-    assert not any(line.startswith("!") for line in labels), out.replace("|", "\n")
-    return status, labels
+    the child's wait status and the boundaries it passed, as labels (tests/crash_points.py)."""
+    return crash_points.run_crashing(op, cwd, kill_at, scope=(atomic, "commit"))
 
 
 def tree(root: Path) -> dict[str, object]:
@@ -256,6 +180,8 @@ def enumerate_crashes(
     assert not pending(control)
     old = {**old, ".gates.lock": new[".gates.lock"]}  # the lock file predates the commit
     assert labels, "no boundary was seen: the harness no longer sees the commit's writes"
+    problems = crash_points.durability_problems(labels)
+    assert not problems, "a power loss could lose a committed file:\n" + "\n".join(problems)
 
     elsewhere = work / "elsewhere"
     elsewhere.mkdir()

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from trainer import exit_codes
+from trainer.userfiles import display
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -27,7 +28,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json(), indent=2))
         return exit_codes.OK if report.valid else exit_codes.FINDINGS
     m = report.manifest or {}
-    print(f"checkpoint      {report.path}")
+    print(f"checkpoint      {display(report.path)}")
     print(f"format          {m.get('format')} version {m.get('format_version')}")
     print(f"step            {m.get('step')}")
     print(f"tensors         {m.get('tensor_count')}")

@@ -6,7 +6,10 @@
 The directory loads with transformers.LlamaForCausalLM.from_pretrained(out_dir) (and the
 tokenizer, when exported, with tokenizers.Tokenizer.from_file). The exporter refuses,
 creating nothing at ``out_dir``, unless the tensors it is about to write are exactly the
-configured model's (every name, shape, non-empty) and bitwise the live weights; after the
+configured model's (every name, shape, non-empty, every value finite: a NaN or an infinity
+is refused naming the tensor) and bitwise the live weights, and ``out_dir`` is a UTF-8 name
+that is absent or an empty directory, under a writable directory (an OSError of the write
+is an ExportError naming the path, the staging directory removed); after the
 write it reads the file back and checks the sha256 of every tensor against the live ones
 before publishing the directory by rename (INV-TRAIN-LOOP-015, INV-ARCH-370M-004). The
 source system exported a 200-byte file holding nothing after 25 hours of training.
@@ -32,6 +35,7 @@ from trainer.model import hf, llama
 from trainer.model.config import LlamaConfig
 from trainer.model.params import parameter_shapes
 from trainer.model.vocab import VocabMismatchError, check_vocab_agreement, tokenizer_vocab_size
+from trainer.userfiles import UserFileError, display, output_dir_problem, read_user_text
 
 CONFIG_FILE = "config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -74,6 +78,7 @@ def _export_problems(tensors: dict[str, torch.Tensor], model: llama.Llama) -> li
     empty = [n for n, t in tensors.items() if t.numel() == 0]
     if empty:
         problems.append(f"empty tensors {', '.join(empty[:_LISTED])}")
+    problems.extend(_non_finite_problems(tensors))
     live = model.state_dict()
     differ = [
         n
@@ -83,6 +88,20 @@ def _export_problems(tensors: dict[str, torch.Tensor], model: llama.Llama) -> li
     if differ:
         problems.append(f"not the live weights: {', '.join(differ[:_LISTED])}")
     return problems
+
+
+def _non_finite_problems(tensors: dict[str, torch.Tensor]) -> list[str]:
+    """Tensors holding a NaN or an infinity: weights no consumer can use (INV-TRAIN-LOOP-015)."""
+    bad = []
+    for name, t in tensors.items():
+        if t.is_floating_point() and t.numel() and not bool(torch.isfinite(t).all()):
+            nan = int(torch.isnan(t).sum())
+            inf = int(torch.isinf(t).sum())
+            bad.append(f"{name} ({nan} NaN, {inf} infinite of {t.numel()} values)")
+    if not bad:
+        return []
+    more = f" and {len(bad) - _LISTED} more tensors" if len(bad) > _LISTED else ""
+    return [f"non-finite weights in {', '.join(bad[:_LISTED])}{more}"]
 
 
 def _written_problems(path: Path, model: llama.Llama) -> list[str]:
@@ -119,6 +138,9 @@ def export_model(
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise ExportError(f"{out_dir}: exists and is not an empty directory; nothing written")
+    unusable = output_dir_problem(out_dir, published=True)
+    if unusable:
+        raise ExportError(f"{unusable}; nothing written")
     tensors = _weights_to_export(model)
     problems = _export_problems(tensors, model)
     if problems:
@@ -126,6 +148,34 @@ def export_model(
     tokenizer = _tokenizer_files(tokenizer_dir, model.config.vocab_size) if tokenizer_dir else []
     dtype = str(next(iter(tensors.values())).dtype).removeprefix("torch.")
     staging = out_dir.with_name(f".{out_dir.name}.export-tmp")
+    try:
+        _write_staged(
+            staging, out_dir, tensors=tensors, model=model, dtype=dtype, tokenizer=tokenizer
+        )
+    except OSError as exc:
+        where = f" {display(exc.filename)}" if exc.filename else ""
+        raise ExportError(
+            f"{display(out_dir)}: cannot write{where}: {exc.strerror or exc}; nothing written"
+        ) from None
+    return ExportReport(
+        out_dir,
+        len(tensors),
+        sum(t.numel() * t.element_size() for t in tensors.values()),
+        tuple(sorted(p.name for p in out_dir.iterdir())),
+    )
+
+
+def _write_staged(
+    staging: Path,
+    out_dir: Path,
+    *,
+    tensors: dict[str, torch.Tensor],
+    model: llama.Llama,
+    dtype: str,
+    tokenizer: list[Path],
+) -> None:
+    """Write the files into ``staging``, check them, publish it as ``out_dir`` by rename;
+    on any failure ``staging`` is removed and ``out_dir`` left as it was."""
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
@@ -147,12 +197,6 @@ def export_model(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return ExportReport(
-        out_dir,
-        len(tensors),
-        sum(t.numel() * t.element_size() for t in tensors.values()),
-        tuple(sorted(p.name for p in out_dir.iterdir())),
-    )
 
 
 def export_checkpoint(
@@ -166,8 +210,12 @@ def export_checkpoint(
     model = llama.build_model(cfg, device="meta")
     hf.load_weights(model, checkpoint / MODEL_FILE)
     if tokenizer_dir is None:
-        named = json.loads((checkpoint / CHECKPOINT_STATE_FILE).read_text(encoding="utf-8"))
-        tokenizer_dir = named.get("tokenizer_dir")
+        state_path = checkpoint / CHECKPOINT_STATE_FILE
+        try:
+            named = json.loads(read_user_text(state_path))
+        except (UserFileError, json.JSONDecodeError) as exc:
+            raise ExportError(f"{state_path}: not readable JSON ({exc})") from None
+        tokenizer_dir = named.get("tokenizer_dir") if isinstance(named, dict) else None
         if tokenizer_dir is not None and not Path(tokenizer_dir).exists():
             raise ExportError(
                 f"{checkpoint / CHECKPOINT_STATE_FILE}: names tokenizer directory {tokenizer_dir}, "

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gates.files import sha256_file
+from gates.files import read_regular, sha256_file
 from trainer.checkpoint.layout import FORMAT, FORMAT_VERSION, MANIFEST_FILE, CheckpointError
 
 
@@ -63,7 +63,7 @@ def read_manifest(directory: Path) -> dict[str, Any]:
             f"{path}: missing; a directory without a manifest is not a checkpoint"
         )
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(read_regular(path, MANIFEST_LIMIT).decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path}: not readable JSON ({exc})") from None
     if not isinstance(manifest, dict):
@@ -76,4 +76,45 @@ def read_manifest(directory: Path) -> dict[str, Any]:
             f"{path}: format {manifest['format']!r} version {manifest['format_version']!r}; "
             f"this trainer reads {FORMAT!r} version {FORMAT_VERSION}"
         )
+    wrong = _type_problems(manifest)
+    if wrong:
+        raise CheckpointError(f"{path}: {'; '.join(wrong)}")
     return manifest
+
+
+#: A manifest lists six files and an architecture: a few KB. Anything near this is not one.
+MANIFEST_LIMIT = 1024 * 1024
+
+#: The JSON type each field must have (bool is refused where a number is meant).
+_TYPES: dict[str, tuple[type, str]] = {
+    "step": (int, "an integer"),
+    "files": (dict, "an object"),
+    "tensor_count": (int, "an integer"),
+    "parameter_count": (int, "an integer"),
+    "dtype": (str, "a string"),
+    "architecture": (dict, "an object"),
+}
+
+
+def _type_problems(manifest: dict[str, Any]) -> list[str]:
+    """What in a parsed manifest has the wrong JSON type: a field, or a ``files`` entry
+    that is not {"sha256": string, "size": integer} (the verifier reads them as such)."""
+    problems = [
+        f"{key} is {json.dumps(manifest[key])[:40]}, not {words}"
+        for key, (kind, words) in _TYPES.items()
+        if not isinstance(manifest[key], kind) or isinstance(manifest[key], bool)
+    ]
+    files = manifest["files"]
+    if isinstance(files, dict):
+        for name, entry in sorted(files.items()):
+            if not (
+                isinstance(entry, dict)
+                and isinstance(entry.get("sha256"), str)
+                and isinstance(entry.get("size"), int)
+                and not isinstance(entry.get("size"), bool)
+            ):
+                problems.append(
+                    f"files entry {name!r} is {json.dumps(entry)[:60]}, "
+                    'not {"sha256": "<hex>", "size": <bytes>}'
+                )
+    return problems

@@ -7,7 +7,7 @@ disk for inspection and never counted as kept.
 A pruned checkpoint is first renamed to step-NNNNNNNN.deleting (one atomic rename, the
 parent fsynced), then deleted: a kill in the middle of the deletion leaves a directory no
 loader lists, never a step-NNNNNNNN that has lost some of its files. The next prune
-finishes what a killed one left.
+finishes what a killed one left, and removes a killed pointer write's temp file.
 """
 
 from __future__ import annotations
@@ -16,8 +16,13 @@ import json
 import shutil
 from pathlib import Path
 
-from gates.files import fsync_dir
-from trainer.checkpoint.layout import CHECKPOINT_STATE_FILE, STAGING_SUFFIX, checkpoint_dirs
+from gates.files import TEMP_SUFFIX, fsync_dir
+from trainer.checkpoint.layout import (
+    CHECKPOINT_STATE_FILE,
+    LATEST_POINTER,
+    STAGING_SUFFIX,
+    checkpoint_dirs,
+)
 from trainer.checkpoint.verify import inspect_checkpoint
 
 DELETING_SUFFIX = ".deleting"
@@ -50,4 +55,9 @@ def prune(run_dir: Path, keep: int) -> list[Path]:
         for leftover in run_dir.glob(f"step-*{suffix}"):
             shutil.rmtree(leftover)
             removed.append(leftover)
+    # A save killed while replacing the `latest` pointer leaves the temp file of that atomic
+    # write (gates/files.py names it .latest.XXXX.tmp); no loader reads it.
+    for leftover in run_dir.glob(f".{LATEST_POINTER}.*{TEMP_SUFFIX}"):
+        leftover.unlink(missing_ok=True)
+        removed.append(leftover)
     return removed

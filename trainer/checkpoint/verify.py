@@ -7,30 +7,47 @@
 Checked: manifest present and readable; every listed file present with its size and
 sha256; every file of the format listed and no other file in the directory (a planted
 ``.pt`` is refused, never ignored); the model file's header holds the architecture's
-tensors (names, shapes, count, parameter count, dtype); the step matches the directory
-name; and, when asked, the architecture is the expected one.
+tensors (names, shapes, count, parameter count, dtype); the optimizer file holds, for
+every parameter of that architecture or for none, exp_avg and exp_avg_sq of its shape and a
+one-element step, and nothing of no parameter; every RNG tensor is a generator state of its
+generator's size and rng.json's Python and NumPy states are ones their generators take;
+state.json is a training state; the step matches the directory name; and, when asked, the
+architecture is the expected one. A checkpoint whose hashes agree with damaged contents
+(written by hand, or by another program) is refused here, so a resume falls back past it
+instead of failing mid-load.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
 from safetensors import SafetensorError, safe_open
 
-from gates.files import sha256_file
+from gates.files import read_regular, sha256_file
 from trainer.checkpoint.layout import (
+    CHECKPOINT_STATE_FILE,
     DATA_FILES,
     MANIFEST_FILE,
     MODEL_FILE,
+    OPTIMIZER_FILE,
+    RNG_JSON_FILE,
+    RNG_TENSOR_FILE,
     CheckpointError,
     step_of,
 )
 from trainer.checkpoint.manifest import read_manifest
+from trainer.checkpoint.state import state_from_json
 from trainer.model.config import LlamaConfig, ModelConfigError
 from trainer.model.params import parameter_shapes
+from trainer.userfiles import display, is_utf8_name
 
 _DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 
@@ -123,6 +140,210 @@ def _model_header_problems(path: Path, manifest: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """name -> (dtype, shape) of a safetensors file, from its header alone."""
+    with safe_open(str(path), framework="pt", device="cpu") as fh:
+        return {
+            n: (fh.get_slice(n).get_dtype(), tuple(fh.get_slice(n).get_shape()))
+            for n in fh.keys()  # noqa: SIM118
+        }
+
+
+#: AdamW's per-parameter state: moments of the parameter's shape, and a step count.
+_MOMENTS = ("exp_avg", "exp_avg_sq")
+_OPTIONAL_MOMENTS = ("max_exp_avg_sq",)  # amsgrad
+_STEP_KEY = "step"
+
+
+def _optimizer_problems(path: Path, manifest: dict[str, Any]) -> list[str]:
+    """optimizer.safetensors against the architecture: a parameter's state is complete (its
+    moments of its shape, a one-element step) or absent, for every parameter alike (a step
+    taken updates them all), and no tensor belongs to no parameter. The loader would
+    otherwise load a partial state that AdamW's next step dies on (KeyError)."""
+    try:
+        expected = parameter_shapes(LlamaConfig(**manifest["architecture"]))
+    except (TypeError, ModelConfigError):
+        return []  # the model check names the architecture
+    try:
+        header = _header(path)
+    except (SafetensorError, OSError) as exc:
+        return [f"{path}: safetensors header does not parse ({exc})"]
+    problems: list[str] = []
+    by_param: dict[str, dict[str, tuple[str, tuple[int, ...]]]] = {}
+    stray = []
+    for name, info in header.items():
+        param, _, key = name.rpartition(".")
+        if param in expected and key in (*_MOMENTS, *_OPTIONAL_MOMENTS, _STEP_KEY):
+            by_param.setdefault(param, {})[key] = info
+        else:
+            stray.append(name)
+    if stray:
+        problems.append(f"{path}: tensors of no parameter: {', '.join(sorted(stray)[:3])}")
+    for param in expected:
+        state = by_param.get(param)
+        if not state:
+            if by_param:
+                problems.append(f"{path}: no optimizer state for {param}")
+            continue
+        missing = [k for k in (*_MOMENTS, _STEP_KEY) if k not in state]
+        if missing:
+            problems.append(f"{path}: {param}: missing {', '.join(missing)}")
+        for key, (_, shape) in state.items():
+            want = (1,) if key == _STEP_KEY else expected[param]
+            if (_numel(shape) != 1) if key == _STEP_KEY else (shape != want):
+                problems.append(
+                    f"{path}: {param}.{key} has shape {list(shape)}, expected {list(want)}"
+                )
+    return problems[:_REPORTED] + (
+        [f"{path}: ... and {len(problems) - _REPORTED} more"] if len(problems) > _REPORTED else []
+    )
+
+
+_REPORTED = 5
+_RNG_NAME = re.compile(r"^(?:rank\.(\d+)\.)?torch\.(cpu|cuda\.\d+)$")
+#: Bytes of a CUDA generator's state (a Philox seed and offset, two 64-bit words).
+_CUDA_STATE_BYTES = 16
+#: rng.json and state.json hold a few generator states (5 KB each) per rank, some numbers.
+_JSON_LIMIT = 64 * 1024 * 1024
+#: The largest generator state read to be tried (a CPU one is 5056 bytes).
+_RNG_STATE_LIMIT = 1024 * 1024
+
+
+def _rng_tensor_problems(path: Path) -> tuple[list[str], set[int]]:
+    """(problems, the ranks holding tensors) of rng.safetensors: every tensor a generator
+    state that its generator takes (checked on a throwaway generator, never the process's)."""
+    problems, ranks = [], set()
+    try:
+        header = _header(path)
+        with safe_open(str(path), framework="pt", device="cpu") as fh:
+            tensors = {  # only what could be a generator state is read
+                n: fh.get_tensor(n)
+                for n, (_, shape) in header.items()
+                if _numel(shape) <= _RNG_STATE_LIMIT
+            }
+    except (SafetensorError, OSError) as exc:
+        return [f"{path}: not a readable safetensors file ({exc})"], set()
+    for name in sorted(header):
+        match = _RNG_NAME.match(name)
+        if match is None:
+            problems.append(f"{path}: {name!r} is not a generator this trainer saves")
+            continue
+        ranks.add(int(match.group(1) or 0))
+        tensor = tensors.get(name)
+        if tensor is None:
+            problems.append(
+                f"{path}: {name} holds {_numel(header[name][1])} values, no generator state"
+            )
+        elif tensor.dtype != torch.uint8:
+            problems.append(f"{path}: {name} is {tensor.dtype}, a generator state is uint8")
+        elif match.group(2) == "cpu":
+            try:
+                torch.Generator().set_state(tensor)
+            except (RuntimeError, ValueError) as exc:
+                reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                problems.append(
+                    f"{path}: {name} ({tensor.numel()} bytes) is not a CPU generator state "
+                    f"({reason})"
+                )
+        elif tensor.numel() != _CUDA_STATE_BYTES:
+            problems.append(
+                f"{path}: {name} holds {tensor.numel()} bytes, a CUDA generator state "
+                f"{_CUDA_STATE_BYTES}"
+            )
+    if 0 not in ranks:
+        problems.append(f"{path}: no torch.cpu generator state")
+    return problems, ranks
+
+
+def _generator_json_problems(states: Any, where: str) -> list[str]:
+    """Whether Python's and NumPy's generators take ``states`` (throwaway generators)."""
+    if not isinstance(states, dict):
+        return [f"{where}: not an object"]
+    problems = []
+    try:
+        py = states["python"]
+        random.Random().setstate((py["version"], tuple(py["internal"]), py["gauss_next"]))
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        problems.append(f"{where}: no Python generator state ({type(exc).__name__}: {exc})")
+    try:
+        n = states["numpy"]
+        np.random.RandomState().set_state(
+            (
+                n["kind"],
+                np.asarray(n["keys"], dtype=np.uint32),
+                n["pos"],
+                n["has_gauss"],
+                n["cached_gaussian"],
+            )
+        )
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        problems.append(f"{where}: no NumPy generator state ({type(exc).__name__}: {exc})")
+    return problems
+
+
+def _read_json(path: Path) -> tuple[Any, str | None]:
+    try:
+        return json.loads(read_regular(path, _JSON_LIMIT).decode("utf-8")), None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return None, f"{path}: not readable JSON ({exc})"
+
+
+def _rng_problems(directory: Path) -> list[str]:
+    """rng.safetensors and rng.json: every rank's generators, each one its generator takes."""
+    problems, ranks = _rng_tensor_problems(directory / RNG_TENSOR_FILE)
+    path = directory / RNG_JSON_FILE
+    states, unreadable = _read_json(path)
+    if unreadable:
+        return [*problems, unreadable]
+    problems += _generator_json_problems(states, str(path))
+    if isinstance(states, dict):
+        saved = states.get("ranks", {})
+        if not isinstance(saved, dict):
+            return [*problems, f"{path}: ranks is not an object"]
+        for rank in sorted(ranks - {0}):
+            if str(rank) not in saved:
+                problems.append(f"{path}: no generator states of rank {rank}")
+            else:
+                problems += _generator_json_problems(saved[str(rank)], f"{path}: rank {rank}")
+    return problems
+
+
+def _state_problems(path: Path) -> list[str]:
+    """state.json: a training state whose optimizer groups name their parameters."""
+    obj, unreadable = _read_json(path)
+    if unreadable:
+        return [unreadable]
+    if not isinstance(obj, dict):
+        return [f"{path}: not a JSON object"]
+    try:
+        state = state_from_json(obj, source=str(path))
+    except CheckpointError as exc:
+        return [str(exc)]
+    except (TypeError, ValueError) as exc:
+        return [f"{path}: not a training state ({exc})"]
+    groups = state.optimizer_groups
+    if not isinstance(groups, list) or not all(
+        isinstance(g, dict)
+        and isinstance(g.get("params"), list)
+        and all(isinstance(p, str) for p in g["params"])
+        for g in groups
+    ):
+        return [f"{path}: optimizer_groups is not a list of groups naming their parameters"]
+    return []
+
+
+def _content_problems(path: Path, manifest: dict[str, Any], ok: set[str]) -> list[str]:
+    """What the files whose bytes match the manifest (``ok``) hold that a loader cannot use."""
+    problems: list[str] = []
+    if OPTIMIZER_FILE in ok:
+        problems += _optimizer_problems(path / OPTIMIZER_FILE, manifest)
+    if RNG_TENSOR_FILE in ok and RNG_JSON_FILE in ok:
+        problems += _rng_problems(path)
+    if CHECKPOINT_STATE_FILE in ok:
+        problems += _state_problems(path / CHECKPOINT_STATE_FILE)
+    return problems
+
+
 def _numel(shape: tuple[int, ...]) -> int:
     n = 1
     for d in shape:
@@ -145,6 +366,12 @@ def inspect_checkpoint(path: Path, *, architecture: LlamaConfig | None = None) -
     """Every verdict on ``path``; ``Inspection.valid`` is True only when nothing is wrong."""
     path = Path(path)
     report = Inspection(path)
+    if not is_utf8_name(path):
+        report.problems.append(
+            f"{display(path)}: not a UTF-8 name; safetensors cannot open the files of a "
+            "checkpoint there (rename the directory)"
+        )
+        return report
     if not path.is_dir():
         report.problems.append(f"{path}: not a directory")
         return report
@@ -172,6 +399,9 @@ def inspect_checkpoint(path: Path, *, architecture: LlamaConfig | None = None) -
             report.problems.append(f"{entry}: unexpected file in a checkpoint; refusing it")
     if (path / MODEL_FILE).is_file() and all(v.ok for v in report.files if v.name == MODEL_FILE):
         report.problems.extend(_model_header_problems(path / MODEL_FILE, manifest))
+    report.problems.extend(
+        _content_problems(path, manifest, {v.name for v in report.files if v.ok})
+    )
     named_step = step_of(path)
     if named_step is not None and named_step != manifest["step"]:
         report.problems.append(
@@ -188,5 +418,7 @@ def verify_checkpoint(path: Path, *, architecture: LlamaConfig | None = None) ->
     """inspect_checkpoint, raising CheckpointError with every problem when there are any."""
     report = inspect_checkpoint(path, architecture=architecture)
     if not report.valid:
-        raise CheckpointError(f"{path}: invalid checkpoint:\n  " + "\n  ".join(report.problems))
+        raise CheckpointError(
+            f"{display(path)}: invalid checkpoint:\n  " + "\n  ".join(report.problems)
+        )
     return report

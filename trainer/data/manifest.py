@@ -18,13 +18,15 @@ from pathlib import Path
 
 import numpy as np
 
-from gates.files import sha256_file
+from gates.files import read_regular, sha256_file
 from trainer.data.shards import ShardError, dtype_for_vocab, read_shard
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "shipgate-token-shards"
 MANIFEST_VERSION = 1
 SPLITS = ("train", "val")
+#: A manifest lists a few shards per split: kilobytes. Far past that it is not one.
+MANIFEST_LIMIT = 64 * 1024 * 1024
 
 # Required fields (dotted paths) and their JSON types; bool is excluded from int below.
 _TOP_FIELDS: dict[str, type] = {
@@ -191,7 +193,7 @@ def load_manifest(
     directory = Path(directory)
     path = directory / MANIFEST_NAME
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, MANIFEST_LIMIT)  # a FIFO or a device is refused, not read
     except OSError as exc:
         raise ShardError(
             f"{path}: cannot read: {exc.strerror or exc} (not an encoded data directory, "

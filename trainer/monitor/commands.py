@@ -7,7 +7,8 @@
 
 It only reads (trainer/monitor/snapshot.py), so any number of monitors can watch one run
 while it trains. The live view ends when the run does (finished, early stopping, a
-signal, a stop alert, aborted: its end record in training_state.json), after a last view.
+signal, a stop alert, aborted, a final checkpoint not written: its end record in
+training_state.json), after a last view.
 Exit status: 0 (also on Ctrl-C, and when the run ends); 1 RUN_DIR is not a run directory
 or its metrics cannot be trusted, the path named; 2 a usage error (--interval must be > 0).
 """

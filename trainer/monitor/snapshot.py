@@ -18,8 +18,8 @@ one run while it trains):
 - ``run_manifest.json``'s mtime: when this launch started (it is written before step 1).
 
 Status: how the run ended when training_state.json says so (the loop's end record,
-MetricsWriter.finish: ``finished``, ``early_stopping``, ``signal``, ``alert`` or
-``aborted``, with ``reason`` and ``ended_at``); else ``starting`` (no step yet),
+MetricsWriter.finish: ``finished``, ``early_stopping``, ``signal``, ``alert``,
+``aborted`` or ``save_failed``, with ``reason`` and ``ended_at``); else ``starting`` (no step yet),
 ``running``, ``finished`` (step == max_steps: runs written before the end record existed)
 or ``stale`` (no update for more than STALE_FACTOR median steps, and at least
 STALE_FLOOR_S: an evaluation or a checkpoint save pauses the steps for a while). A run

@@ -28,6 +28,7 @@ STATUS_STYLE = {
     "starting": "dim",
     "alert": "bold red",
     "aborted": "bold red",
+    "save_failed": "bold red",
 }
 
 

@@ -16,7 +16,9 @@ is the config actually trained). Exit status (trainer/exit_codes.py): 0 done; 1 
 or a stage that failed (its message names the stage and the cause); 4 a stop alert of the
 config ended the training run (its checkpoint is kept); 5 the training run aborted
 (non-finite loss, divergence, exhausted data) - run it again after fixing the cause: the
-stages before training are reused.
+stages before training are reused; 6 the training run's final checkpoint could not be
+written (disk full, a file size limit): nothing is exported or scored - free space and run
+it again, the training run resumes from its last good checkpoint.
 """
 
 from __future__ import annotations

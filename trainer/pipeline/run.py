@@ -11,7 +11,8 @@ plot (write_plots), gates check (gates.promotion.check) and gates report
 (gates.report_inputs.gather, gates.report.render) - so what the pipeline does is exactly
 what a user can do by hand. A stage that fails ends the pipeline with PipelineError: the
 cause, and the status `trainer pipeline` exits with (trainer/exit_codes.py: a training
-run that aborted or that a stop alert ended passes its own on). Stages are keyed by
+run that aborted, that a stop alert ended, or whose final checkpoint could not be written
+passes its own on; no stage after it runs). Stages are keyed by
 content (trainer/pipeline/state.py): a stage whose inputs hash as before and whose
 outputs still hold the bytes it left is reused; a training stage that was interrupted is
 resumed from its newest valid checkpoint (``trainer apply --resume``).
@@ -308,6 +309,13 @@ class Pipeline:
             except RunAbortedError as exc:
                 raise _failed("train", f"run aborted: {exc}", exit_codes.ABORTED) from exc
             self.say(summary_line(result, self.paths.run_config, out_dir))
+            if result.save_failed is not None:  # its steps are not all saved: no export
+                raise _failed(
+                    "train",
+                    f"the final checkpoint of step {result.steps_run} was not written "
+                    f"({result.save_failed}); nothing is exported or scored",
+                    exit_codes.SAVE_FAILED,
+                )
             if result.stop_reason == "alert":  # it did not finish: no stage after it runs
                 stopped = alert_line(result) or "stopped by an alert"
                 raise _failed("train", stopped, exit_codes.ALERT_STOPPED)

@@ -33,8 +33,8 @@ FORMAT_VERSION = 1
 
 class PipelineError(RuntimeError):
     """A stage failed or the run directory cannot be used; the message names what.
-    ``status``: the exit status `trainer pipeline` passes on (trainer/exit_codes.py: ABORTED
-    or ALERT_STOPPED from the training stage, else FINDINGS)."""
+    ``status``: the exit status `trainer pipeline` passes on (trainer/exit_codes.py: ABORTED,
+    ALERT_STOPPED or SAVE_FAILED from the training stage, else FINDINGS)."""
 
     def __init__(self, message: str, *, status: int = exit_codes.FINDINGS) -> None:
         super().__init__(message)

@@ -23,8 +23,10 @@ from trainer.runfiles.json_file import atomic_write_json
 from trainer.runfiles.metrics_file import MetricsFileError
 
 #: How a run ended (training_state.json "status"): max_steps reached, early stopping,
-#: SIGTERM/SIGINT, a stop alert (monitoring.alerts), or an exception (NaN, divergence, ...).
-END_STATUSES = ("finished", "early_stopping", "signal", "alert", "aborted")
+#: SIGTERM/SIGINT, a stop alert (monitoring.alerts), an exception (NaN, divergence, ...),
+#: or a run that stopped (any of the first four) but could not write its final checkpoint
+#: (disk full, a file size limit: exit status 6, trainer/exit_codes.py SAVE_FAILED).
+END_STATUSES = ("finished", "early_stopping", "signal", "alert", "aborted", "save_failed")
 
 
 def check_end_status(status: str) -> None:

@@ -64,6 +64,7 @@ FAILURES = (
     MetricsFileError,
     CheckpointError,
     IdentityError,
+    UnicodeEncodeError,  # a path of non-UTF-8 bytes, which SQLite's TEXT cannot hold
 )
 
 

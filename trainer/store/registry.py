@@ -50,6 +50,16 @@ def registry_path() -> Path:
     return data / "shipgate" / REGISTRY_DB
 
 
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8: a path of non-UTF-8 bytes decodes (Python's
+    surrogateescape) to a str with lone surrogates, which SQLite's TEXT cannot hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def register(
     run_id: str,
     run_dir: Path,
@@ -62,6 +72,12 @@ def register(
     """Record (or update) the run in the registry; returns the registry's path. StoreError
     naming the registry when it cannot be written."""
     path = registry_path() if path is None else Path(path)
+    where = str(Path(run_dir).resolve())
+    if not _is_utf8(where):
+        raise db.StoreError(
+            f"{path}: the run directory {where!r} is not a UTF-8 name, and the registry "
+            "records run directories as UTF-8 text"
+        )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -75,7 +91,7 @@ def register(
                 "run_dir = excluded.run_dir, name = excluded.name, started = excluded.started",
                 (
                     run_id,
-                    str(Path(run_dir).resolve()),
+                    where,
                     name,
                     started,
                     datetime.now(UTC).isoformat(timespec="seconds"),

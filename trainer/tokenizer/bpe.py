@@ -54,6 +54,9 @@ class TrainStats:
     heap_peak_entries: int = 0
     peak_live_pairs: int = 0
     rebuilds: int = 0
+    #: Why the merges stopped: "vocab_size" (the vocabulary is full), "min_frequency" (the
+    #: best pair occurs fewer times) or "no_pairs" (every word is one token).
+    stopped: str = ""
 
 
 class BpeConfigError(ValueError):
@@ -119,6 +122,13 @@ def _entry_parts(entry: int) -> tuple[int, int, int, int]:
 
 
 MergeWord = Callable[[str], tuple[str, list[int], list[int]]]
+#: A word longer than this many symbols (one pre-token of a minified file, a base64 blob,
+#: a 20 MB line of one letter) has its merges' pair changes tallied (pair -> occurrences)
+#: instead of listed one per occurrence: a list held 8 bytes and an int per occurrence,
+#: 2.5 GB at the first merge of a 20-million-letter word. Same counts, same order, same
+#: merges (tests/unit/trainer/test_bpe_long_words.py); shorter words keep the lists,
+#: which are faster.
+LONG_WORD = 1 << 12
 
 
 def _word_merger(a: int, b: int, new: int) -> MergeWord:
@@ -131,7 +141,29 @@ def _word_merger(a: int, b: int, new: int) -> MergeWord:
     pair, new_char = chr(a) + chr(b), chr(new)
     b_key, new_key = b << PAIR_BITS, new << PAIR_BITS
 
+    def merge_long(word: str) -> tuple[str, dict[int, int], dict[int, int]]:
+        # The same walk as merge's, tallied: pair -> occurrences, in first-occurrence
+        # order (the order merge's lists meet them), so memory is the distinct pairs.
+        lost: dict[int, int] = {}
+        gained: dict[int, int] = {}
+        site = word.find(pair)
+        after_previous = -1
+        while site >= 0:
+            if site > 0:
+                left = (new if site == after_previous else ord(word[site - 1])) << PAIR_BITS
+                lost[left | a] = lost.get(left | a, 0) + 1
+                gained[left | new] = gained.get(left | new, 0) + 1
+            if site + 2 < len(word):
+                right = ord(word[site + 2])
+                lost[b_key | right] = lost.get(b_key | right, 0) + 1
+                gained[new_key | right] = gained.get(new_key | right, 0) + 1
+            after_previous = site + 2
+            site = word.find(pair, after_previous)
+        return word.replace(pair, new_char), lost, gained
+
     def merge(word: str) -> tuple[str, list[int], list[int]]:
+        if len(word) > LONG_WORD:
+            return merge_long(word)  # type: ignore[return-value] - tallies: _apply_tallies
         lost: list[int] = []
         gained: list[int] = []
         site = word.find(pair)
@@ -150,6 +182,36 @@ def _word_merger(a: int, b: int, new: int) -> MergeWord:
         return word.replace(pair, new_char), lost, gained
 
     return merge
+
+
+def _tally(changes: list[int] | dict[int, int]) -> Iterable[tuple[int, int]]:
+    return changes.items() if isinstance(changes, dict) else ((p, 1) for p in changes)
+
+
+def _apply_tallies(
+    pair_counts: dict[int, int],
+    where_to_update: dict[int, list[int]],
+    word: tuple[int, int],
+    lost: list[int] | dict[int, int],
+    gained: list[int] | dict[int, int],
+) -> None:
+    """The merge loop's update for word ``i`` (weight ``n``) from tallied changes: what
+    applying each occurrence in turn does, gains first, one addition per pair.
+    ``word``: (its index, its count)."""
+    i, n = word
+    for changed, times in _tally(gained):
+        pair_counts[changed] = pair_counts.get(changed, 0) + n * times
+        listed = where_to_update.get(changed)
+        if listed is None:
+            where_to_update[changed] = [i]
+        elif listed[-1] != i:
+            listed.append(i)
+    for changed, times in _tally(lost):
+        after = pair_counts[changed] - n * times
+        if after:
+            pair_counts[changed] = after
+        else:
+            del pair_counts[changed]
 
 
 def _as_id_string(word: str, word_to_id: Mapping[str, int]) -> str:
@@ -272,6 +334,7 @@ def _train_fast(  # noqa: PLR0915 - one numbered recipe, as HF writes do_train
             seq += 1
             continue
         if current < 1 or current < min_frequency:
+            stats.stopped = "min_frequency" if current >= 1 else "no_pairs"
             break
         new_token = id_to_word[a] + id_to_word[b]
         new_id = word_to_id.get(new_token)
@@ -287,6 +350,9 @@ def _train_fast(  # noqa: PLR0915 - one numbered recipe, as HF writes do_train
             visited += 1
             n = counts[i]
             words[i], lost, gained = merge(words[i])
+            if isinstance(lost, dict) or isinstance(gained, dict):  # a long word's tallies
+                _apply_tallies(pair_counts, where_to_update, (i, n), lost, gained)
+                continue
             for changed in gained:  # gains first: a count never dips below its true value
                 pair_counts[changed] = pair_counts.get(changed, 0) + n
                 listed = where_to_update.get(changed)
@@ -321,6 +387,8 @@ def _train_fast(  # noqa: PLR0915 - one numbered recipe, as HF writes do_train
         if progress and len(raw_merges) % PROGRESS_EVERY == 0:
             progress(len(raw_merges), time.perf_counter() - start, current, len(heap))
     stats.merges = len(raw_merges)
+    if not stats.stopped:
+        stats.stopped = "vocab_size" if len(word_to_id) >= vocab_size else "no_pairs"
 
     return BpeModel(
         tuple(id_to_word),

@@ -5,6 +5,12 @@ and merges.txt.
 
 Without --input it trains on the embedded corpus: the interpreter's standard library.
 The work is trainer/tokenizer/training.py's train_tokenizer (`trainer pipeline` calls it too).
+
+Exit 1, nothing written, with one line on stderr: an input missing or not UTF-8; a
+--vocab-size the specials and the alphabet do not fit, or more than the corpus allows
+(the line names how many it does: train again with that --vocab-size); an --out that
+already holds a tokenizer (pass --force to replace it) or is not a directory; a write that
+fails (disk full, a file size limit, permission), leaving --out as it was.
 """
 
 from __future__ import annotations
@@ -16,7 +22,12 @@ from pathlib import Path
 from trainer import exit_codes
 from trainer.tokenizer.bpe import BpeConfigError
 from trainer.tokenizer.counting import CorpusReadError
-from trainer.tokenizer.training import train_tokenizer
+from trainer.tokenizer.training import (
+    OutExistsError,
+    TokenizerWriteError,
+    VocabShortError,
+    train_tokenizer,
+)
 
 
 def _stderr(line: str) -> None:
@@ -33,9 +44,13 @@ def cmd_train(args: argparse.Namespace) -> int:
             special_tokens=tuple(args.special_token),
             workers=args.workers,
             progress=_stderr,
+            overwrite=args.force,
         )
-    except CorpusReadError as exc:
+    except (CorpusReadError, OutExistsError, VocabShortError) as exc:
         print(f"trainer tokenizer train: error: {exc}", file=sys.stderr)
+        return exit_codes.FINDINGS
+    except TokenizerWriteError as exc:
+        print(f"trainer tokenizer train: error: {exc.strerror}", file=sys.stderr)
         return exit_codes.FINDINGS
     except BpeConfigError as exc:
         print(f"trainer tokenizer train: error: --vocab-size: {exc}", file=sys.stderr)
@@ -68,4 +83,5 @@ def add_tokenizer_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--workers", type=int, default=None, help="counting processes (default: cores)")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--force", action="store_true", help="replace a tokenizer already in --out")
     p.set_defaults(run=cmd_train, special_token=None)

@@ -4,23 +4,34 @@ Encodes as Hugging Face `tokenizers` does with the tokenizer.json we write: spec
 tokens are split out first (longest first), the GPT-2 pattern runs over the rest of the
 text, and each piece is merged by rank (lowest first, leftmost first). Pieces are cached.
 Files: tokenizer.json (loads with ``tokenizers.Tokenizer.from_file``), vocab.json and
-merges.txt; each written atomically.
+merges.txt; written together (save: all three complete before any is renamed into place).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gates.files import atomic_write_text
+from gates.files import fsync_dir, write_temp
 from trainer.tokenizer.bpe import BpeModel
 from trainer.tokenizer.pretokenize import CHAR_TO_BYTE, _pattern, to_mapped
 
 CACHE_LIMIT = 1 << 20  # distinct pieces kept; code has a long tail, memory is bounded
+
+
+def _missing_dirs(directory: Path) -> list[Path]:
+    """``directory`` and those of its parents that do not exist yet, innermost first."""
+    missing = []
+    while not directory.exists() and directory != directory.parent:
+        missing.append(directory)
+        directory = directory.parent
+    return missing
 
 
 class TokenizerFileError(ValueError):
@@ -169,17 +180,33 @@ class ByteLevelBPE:
         }
 
     def save(self, out_dir: Path) -> list[Path]:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        """Write the three files into ``out_dir`` (made, with its parents, if missing) and
+        return their paths. All three are written to temp files first and renamed only
+        once every one is complete: a write that fails (a full disk, a file size limit:
+        OSError) leaves no temp file, removes the directories it made, and leaves files
+        already there as they were."""
         files = {
             "tokenizer.json": json.dumps(self.tokenizer_json(), ensure_ascii=False),
             "vocab.json": json.dumps(self._ids, ensure_ascii=False),
             "merges.txt": "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in self.merges),
         }
-        written = []
-        for name, text in files.items():
-            atomic_write_text(out_dir / name, text)
-            written.append(out_dir / name)
-        return written
+        made = _missing_dirs(out_dir)
+        staged: list[tuple[Path, Path]] = []
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            for name, text in files.items():
+                staged.append((write_temp(out_dir / name, text.encode("utf-8")), out_dir / name))
+        except BaseException:
+            for tmp, _ in staged:
+                tmp.unlink(missing_ok=True)
+            for directory in made:  # innermost first; only while still empty
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+            raise
+        for tmp, target in staged:
+            os.replace(tmp, target)
+        fsync_dir(out_dir)
+        return [target for _, target in staged]
 
     @classmethod
     def load(cls, directory: Path) -> ByteLevelBPE:

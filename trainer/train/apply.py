@@ -6,7 +6,8 @@ stage.
 
 Checks come first and write nothing: ``max_steps``, the config (schema, architecture,
 the values this run's device cannot honour, C-TRAINCFG-001 with the real sequence count),
-the data, and the output directory (a run already there is refused unless resumed); the
+the data, and the output directory (a UTF-8 name, absent or a directory, under a writable
+directory; a run already there is refused unless resumed); the
 vocabulary preflight is the loop's own (trainer/train/preflight.py), on a resume too.
 The config's findings, warnings included, go to ``say`` as they are found (the
 command's stderr; by default they are logged, at WARNING). A refusal
@@ -18,21 +19,31 @@ alert) gives its TrainResult, described by ``summary_line`` and ``alert_line``.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.checkpoint.layout import CheckpointError
+from gates.files import fsync_dir
+from trainer.checkpoint.layout import CheckpointError, checkpoint_dirs
 from trainer.config.algebra import evaluate
 from trainer.config.device import run_device
 from trainer.config.validate import rule_finding, validate
 from trainer.data.manifest import ShardError
 from trainer.model.params import param_count
 from trainer.runfiles.metrics_file import MetricsFileError
-from trainer.runfiles.names import METRICS_FILE, RUN_MANIFEST_FILE
+from trainer.runfiles.names import (
+    CHECKPOINTS_DIR,
+    METRICS_FILE,
+    RUN_MANIFEST_FILE,
+    RUNS_DB_FILE,
+    TRAINING_STATE_FILE,
+    RunDir,
+)
 from trainer.train import distributed, guards, loop, preflight
 from trainer.train.options import RunOptions
 from trainer.train.sequences import DataExhaustedError, ShardSequences
+from trainer.userfiles import output_dir_problem
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +69,7 @@ class ApplyOptions:
     compile: bool = False  # torch.compile the model (also on when the config says so)
     resume: str | None = None  # "latest" or a checkpoint directory
     resume_other_run: bool = False  # resume despite another config hash or data manifest
+    restart: bool = False  # start over a run in ``out`` that stopped before any checkpoint
 
 
 def apply_config(
@@ -109,15 +121,24 @@ def apply_config(
         resume_override=options.resume_other_run,
         compile=options.compile,
     )
+    unusable = output_dir_problem(Path(out_dir))
+    if unusable:  # before the loop makes it: a file, under a file, unwritable, not UTF-8
+        raise ApplyError(f"output directory {unusable}; nothing written")
     previous = [
         name for name in (RUN_MANIFEST_FILE, METRICS_FILE) if (Path(out_dir) / name).exists()
     ]
-    if previous and options.resume is None:
+    if options.restart and options.resume is not None:
+        raise ApplyError("--restart starts a run over, --resume continues it: pass one")
+    if previous and options.resume is None and not options.restart:
         # Appending a second run's steps to the first's metrics would make both unreadable.
         raise ApplyError(
             f"{out_dir} already holds a run ({', '.join(previous)}); "
-            "choose another --out or remove it; nothing written"
+            f"{_what_to_do(Path(out_dir))}; nothing written"
         )
+    if options.resume is not None and str(options.resume) == "latest":
+        _check_resumable(Path(out_dir), previous)
+    if options.restart:
+        _set_aside(Path(out_dir))
 
     try:
         # loop.train runs the vocabulary preflight (model, tokenizer, shards, resumed
@@ -130,6 +151,81 @@ def apply_config(
     except (guards.NonFiniteError, guards.DivergenceError, DataExhaustedError) as exc:
         raise RunAbortedError(str(exc)) from exc
     return result, out_dir
+
+
+#: What a run leaves in its directory; ``--restart`` moves them into SET_ASIDE_DIR-N/.
+_RUN_FILES = (RUN_MANIFEST_FILE, METRICS_FILE, TRAINING_STATE_FILE, CHECKPOINTS_DIR)
+SET_ASIDE_DIR = "before-restart"
+
+
+def _has_checkpoint(out_dir: Path) -> bool:
+    return bool(checkpoint_dirs(RunDir(out_dir).checkpoints))
+
+
+def _what_to_do(out_dir: Path) -> str:
+    """The way on for a run already in ``out_dir``: resume it from its checkpoints, or,
+    when it stopped before its first one (nothing to resume), start it over."""
+    if _has_checkpoint(out_dir):
+        return "continue it with --resume, or choose another --out or remove it"
+    return (
+        "it stopped before its first checkpoint, so there is nothing to resume: start it "
+        f"over with --restart (its files are kept in {out_dir / SET_ASIDE_DIR}-N/), or "
+        "choose another --out"
+    )
+
+
+def _check_resumable(out_dir: Path, previous: list[str]) -> None:
+    """``--resume`` (latest) where no checkpoint was ever written: say so and what to do."""
+    if _has_checkpoint(out_dir):
+        return  # a valid one, or damaged ones: the loop's resume decides, and says
+    if previous:
+        steps = _steps_recorded(out_dir)
+        raise ApplyError(
+            f"cannot resume: {out_dir} holds a run ({steps}) but no checkpoint in "
+            f"{RunDir(out_dir).checkpoints}: {_what_to_do(out_dir)}; nothing written"
+        )
+    raise ApplyError(
+        f"cannot resume: {out_dir} holds no run and no checkpoint; start the run without "
+        "--resume; nothing written"
+    )
+
+
+def _steps_recorded(out_dir: Path) -> str:
+    try:
+        lines = RunDir(out_dir).metrics.read_bytes().splitlines()
+    except OSError:
+        return "no metrics"
+    return f"{len(lines)} step(s) in {METRICS_FILE}, none checkpointed"
+
+
+def _set_aside(out_dir: Path) -> Path | None:
+    """``--restart``: move the earlier run's files (its manifest, metrics, state, run store
+    and an empty checkpoints directory) into ``out_dir/before-restart-N/`` - renamed,
+    never deleted - so the run starts over. Refused (ApplyError) when the earlier run
+    has a checkpoint: that run is resumed, not restarted. None when there was no run."""
+    if _has_checkpoint(out_dir):
+        raise ApplyError(
+            f"--restart: {out_dir} holds checkpoints of a run: continue it with --resume, "
+            "or choose another --out; nothing written"
+        )
+    found = sorted(p.name for p in out_dir.iterdir()) if out_dir.is_dir() else []
+    names = [n for n in found if n in _RUN_FILES or n.startswith(RUNS_DB_FILE)]
+    if not names:
+        return None
+    n = 1
+    while (out_dir / f"{SET_ASIDE_DIR}-{n}").exists():
+        n += 1
+    aside = out_dir / f"{SET_ASIDE_DIR}-{n}"
+    try:
+        aside.mkdir()
+        for name in names:
+            os.rename(out_dir / name, aside / name)
+        fsync_dir(aside)
+        fsync_dir(out_dir)
+    except OSError as exc:
+        raise ApplyError(f"--restart: cannot move the earlier run into {aside}: {exc}") from None
+    log.warning("restart: the earlier run's %s moved to %s", ", ".join(names), aside)
+    return aside
 
 
 def _log_finding(line: str) -> None:

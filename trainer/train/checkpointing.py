@@ -9,12 +9,21 @@
 walks it into the checkpoint's files and a resume walks the files back into it.
 
 Saves (INV-TRAIN-LOOP-014): every ``save_interval`` steps, at the last step, and after the
-step in progress when SIGTERM or SIGINT arrives. A failed save (disk full, permission) is
-logged loudly and training goes on: the previous checkpoint is intact (saves are atomic,
-trainer/checkpoint/save.py). Resume (INV-TRAIN-LOOP-012) restores weights, AdamW moments
-and step counts, RNG states, the scheduler step, the data position and the guards; it
-refuses a checkpoint of another config or data set unless told to override, and one of
-another world size always.
+step in progress when SIGTERM or SIGINT arrives. A failed periodic save (disk full,
+permission) is logged loudly and training goes on: the previous checkpoint is intact (saves
+are atomic, trainer/checkpoint/save.py). A failed final save (``final=True``: the last
+step, an early stop, a stop alert, a signal) is logged too, and the loop ends the run with
+status ``save_failed`` (trainer/train/loop.py), never ``finished``. Resume
+(INV-TRAIN-LOOP-012) restores weights, AdamW moments and step counts, RNG states, the
+scheduler step, the data position and the guards; it refuses a checkpoint of another
+config or data set unless told to override, and one of another world size always.
+
+A resume from ``latest`` that falls back past newer checkpoints that do not verify
+quarantines each of them once the resume has loaded (rank 0): ``step-NNNNNNNN`` is
+renamed, never deleted, to ``step-NNNNNNNN.corrupt`` (``.corrupt-2``, ``-3``, ... when
+that name is taken), a name no loader, retention or ``latest`` lists, so the run can save
+that step again (a checkpoint is never overwritten); the warning names both paths, and
+``latest`` is pointed at the checkpoint resumed from.
 """
 
 from __future__ import annotations
@@ -27,9 +36,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gates.files import sha256_file
+from gates.files import atomic_write_text, fsync_dir, sha256_file
 from trainer.checkpoint import load
-from trainer.checkpoint.layout import LATEST_POINTER, CheckpointError
+from trainer.checkpoint.layout import LATEST_POINTER, CheckpointError, step_of
 from trainer.checkpoint.retention import prune
 from trainer.checkpoint.save import Gathered, save_checkpoint
 from trainer.checkpoint.state import config_hash
@@ -44,8 +53,10 @@ def identity_hash(resolved: dict[str, Any]) -> str:
     """The config hash a resume must match, of a resolved config (RunConfig.to_json(), or
     a run manifest's ``config``): all of it but what changes no step - the ``apply`` block
     (how a process ran it: trainer/train/options.py RunOptions.record),
-    training.data_parallel and monitoring.alerts."""
-    cfg = {k: v for k, v in resolved.items() if k != "apply"}
+    training.data_parallel and monitoring.alerts - and ``path``, the file the config was
+    read from: the hash is of what the config says, so the same config under another
+    file name resumes (paths inside it, data.shards and the like, are content and count)."""
+    cfg = {k: v for k, v in resolved.items() if k not in ("apply", "path")}
     if isinstance(cfg.get("training"), dict):
         # The strategy is how the ranks share the work, not what a step computes (the
         # checkpoint format is one): a ddp checkpoint resumes under fsdp and back, and
@@ -77,6 +88,9 @@ class Checkpointer:
         self.directory, self.save_interval, self.keep = Path(directory), save_interval, keep
         self.saved: list[int] = []
         self.failures: list[str] = []
+        # The checkpoint step a resumed run started after: the last good one before any
+        # save of this process (None: a fresh run).
+        self.resumed_from: int | None = None
         # Called with (step, path) after each successful save: the run store records it.
         self.on_saved: Callable[[int, Path], None] | None = None
 
@@ -84,10 +98,17 @@ class Checkpointer:
         return self.save_interval is not None and step % self.save_interval == 0
 
     def save(
-        self, step: int, state: components.TrainState, world: distributed.World = distributed.SINGLE
+        self,
+        step: int,
+        state: components.TrainState,
+        world: distributed.World = distributed.SINGLE,
+        *,
+        final: bool = False,
     ) -> Path | None:
         """Checkpoint ``state`` as it is after ``step``; the checkpoint's path, or None when
-        nothing was written (a failure is logged, never raised). Every rank calls it: the
+        nothing was written (a failure is logged and appended to ``failures``, never
+        raised). ``final``: the run's last save (its last step, an early stop, an alert, a
+        signal): no training goes on after a failure of it. Every rank calls it: the
         gathers are collectives. Rank 0 alone writes."""
         model, optimizer = state.model, state.optimizer
         # Weights and AdamW state are identical on every rank (DDP) or sharded over them
@@ -108,11 +129,15 @@ class Checkpointer:
                 gathered=gathered,
             )
         except (CheckpointError, OSError) as exc:
-            previous = self.saved[-1] if self.saved else None
-            message = f"CHECKPOINT FAILED at step {step}: {exc}. Training continues; " + (
-                f"the last good checkpoint is step {previous}"
-                if previous is not None
-                else "there is no earlier checkpoint of this run"
+            previous = self.saved[-1] if self.saved else self.resumed_from
+            message = (
+                f"CHECKPOINT FAILED at step {step}: {exc}. "
+                + ("The run cannot end cleanly; " if final else "Training continues; ")
+                + (
+                    f"the last good checkpoint is step {previous}"
+                    if previous is not None
+                    else "there is no earlier checkpoint of this run"
+                )
             )
             log.error("%s", message)
             self.failures.append(message)
@@ -127,19 +152,79 @@ class Checkpointer:
         return path
 
 
+def _resolve(
+    spec: str | Path, directory: Path, model: Llama
+) -> tuple[Path, list[tuple[Path, str]]]:
+    """(the checkpoint ``spec`` names, the newer ones ``latest`` skipped and why)."""
+    if str(spec) != "latest":
+        return Path(spec), []
+    chosen, skipped = load.latest_valid(directory, architecture=model.config)
+    for path, why in skipped:
+        log.warning("skipping checkpoint %s: %s", path, why)
+    if chosen is None:
+        raise CheckpointError(f"{directory}: no valid checkpoint to resume from")
+    pointer = directory / LATEST_POINTER
+    if skipped or not pointer.is_file() or pointer.read_text().strip() != chosen.name:
+        log.info("resuming from %s", chosen)
+    return chosen, skipped
+
+
 def resolve_checkpoint(spec: str | Path, directory: Path, model: Llama) -> Path:
     """``latest``: the newest valid checkpoint of ``directory`` (skipped ones said); or a path."""
-    if str(spec) == "latest":
-        chosen, skipped = load.latest_valid(directory, architecture=model.config)
-        for path, why in skipped:
-            log.warning("skipping checkpoint %s: %s", path, why)
-        if chosen is None:
-            raise CheckpointError(f"{directory}: no valid checkpoint to resume from")
-        pointer = directory / LATEST_POINTER
-        if skipped or not pointer.is_file() or pointer.read_text().strip() != chosen.name:
-            log.info("resuming from %s", chosen)
-        return chosen
-    return Path(spec)
+    return _resolve(spec, directory, model)[0]
+
+
+QUARANTINE_SUFFIX = ".corrupt"
+
+
+def quarantine_name(path: Path) -> Path:
+    """Where a skipped checkpoint goes: ``step-NNNNNNNN.corrupt``, or ``.corrupt-2``, ``-3``,
+    ... beside it when that name is taken (a step quarantined before). Not a checkpoint
+    name (layout.step_of): no loader, retention or ``latest`` sees it."""
+    target = path.with_name(path.name + QUARANTINE_SUFFIX)
+    n = 1
+    while target.exists() or target.is_symlink():
+        n += 1
+        target = path.with_name(f"{path.name}{QUARANTINE_SUFFIX}-{n}")
+    return target
+
+
+def quarantine(directory: Path, skipped: list[tuple[Path, str]], chosen: Path) -> list[Path]:
+    """Rename each skipped checkpoint directory of ``directory`` out of the way (never
+    delete it), so the resumed run can save its step again; then point ``latest`` at
+    ``chosen``. The new paths. CheckpointError when a rename fails: the run would fail to
+    save that step, so it is refused before it trains."""
+    moved: list[Path] = []
+    for path, why in skipped:
+        if step_of(path) is None or not path.is_dir():
+            continue  # gone already, or not a checkpoint name
+        target = quarantine_name(path)
+        try:
+            path.rename(target)
+            fsync_dir(directory)
+        except OSError as exc:
+            raise CheckpointError(
+                f"{path} does not verify ({why}) and cannot be quarantined as {target.name} "
+                f"({exc}); move it aside by hand, then resume"
+            ) from None
+        log.warning(
+            "quarantined checkpoint %s as %s (renamed, not deleted): it does not verify (%s); "
+            "the run resumes from %s and can save step %d again",
+            path,
+            target,
+            why,
+            chosen,
+            step_of(path),
+        )
+        moved.append(target)
+    pointer = directory / LATEST_POINTER
+    try:
+        current = pointer.read_text(encoding="utf-8").strip() if pointer.is_file() else None
+        if moved and current != chosen.name:
+            atomic_write_text(pointer, chosen.name + "\n")
+    except (OSError, UnicodeDecodeError) as exc:  # the next save rewrites it
+        log.warning("could not point %s at %s: %s", pointer, chosen.name, exc)
+    return moved
 
 
 def resume(
@@ -151,10 +236,11 @@ def resume(
     """Load checkpoint ``spec`` (``latest`` in ``directory``, or a path) into every part of
     ``state``: state.json's parts in registry order (the identity first: another run's
     checkpoint is refused before anything is loaded), then the weights and AdamW state,
-    then this rank's generators. CheckpointError when the checkpoint does not fit."""
+    then this rank's generators. CheckpointError when the checkpoint does not fit. Rank 0
+    then quarantines the newer checkpoints ``latest`` skipped (quarantine)."""
     if directory is None:
         raise CheckpointError("resume_from needs a run directory (where its checkpoints are)")
-    path = resolve_checkpoint(spec, directory, state.model)
+    path, skipped = _resolve(spec, directory, state.model)
     try:
         components.load_state_json(state, load.read_state(path))  # verified first
     except CheckpointError as exc:
@@ -171,6 +257,8 @@ def resume(
         state.rng.load_state_dict({"tensors": tensors, "states": states})
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
+    if skipped and world.is_main:  # loaded: the newer ones it fell back past go aside
+        quarantine(Path(directory), skipped, path)
 
 
 class StopSignals:

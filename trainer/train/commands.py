@@ -15,6 +15,11 @@ trainer/train/apply.py's (`trainer pipeline` calls them too); this module parses
 weights, AdamW state, scheduler step, data position and RNG states are restored; a
 checkpoint of another config or data set is refused unless ``--resume-other-run``.
 
+A run stopped before its first checkpoint (killed after a step, before save_interval)
+has nothing to resume: ``--resume`` says so, and ``--restart`` starts it over in the same
+directory, its earlier files moved (never deleted) into ``before-restart-N/`` there.
+``--restart`` is refused where the run has a checkpoint: that run is resumed.
+
 ``--max-steps N`` stops the run after N steps of the configured schedule (the learning
 rate follows the configured max_steps; the manifest records the override).
 
@@ -35,10 +40,12 @@ directory already holds a run, the vocabularies disagree, or the resume is refus
 (nothing written); 4 a stop alert ended the run after a step (checkpointed when the run
 has a checkpoint directory), with the rule, the step and the value on stderr; 5 the run
 aborted (non-finite loss or gradient norm, divergence, exhausted data), with the step and
-the value on stderr (trainer/exit_codes.py). Under torchrun the launcher's own status is 1
-whenever a rank exits non-zero (4 or 5 included); rank 0's stderr says which.
-training_state.json records how every run ended (status finished | early_stopping | signal
-| alert | aborted, and the reason).
+the value on stderr; 6 the run stopped (any of the ways above) but its final checkpoint
+could not be written (disk full, a file size limit, permission), with the cause and the
+last good checkpoint on stderr (trainer/exit_codes.py). Under torchrun the launcher's own
+status is 1 whenever a rank exits non-zero (4, 5 or 6 included); rank 0's stderr says
+which. training_state.json records how every run ended (status finished | early_stopping
+| signal | alert | aborted | save_failed, and the reason).
 """
 
 from __future__ import annotations
@@ -78,6 +85,8 @@ def _torchrun_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--resume", str(args.resume)]
     if args.resume_other_run:
         argv.append("--resume-other-run")
+    if args.restart:
+        argv.append("--restart")
     return argv
 
 
@@ -114,6 +123,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         compile=args.compile,
         resume=args.resume,
         resume_other_run=args.resume_other_run,
+        restart=args.restart,
     )
     try:
         result, out_dir = apply_config(args.config, options, say=_stderr)
@@ -126,17 +136,28 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def _report(result: Any, config: Path, out_dir: Path | None) -> int:
-    """Rank 0's summary of a run that returned, and the exit status: ALERT_STOPPED on every
-    rank when a stop rule ended the run (it did not finish), else 0."""
+    """Rank 0's summary of a run that returned, and the exit status: SAVE_FAILED on every
+    rank when its final checkpoint could not be written, ALERT_STOPPED when a stop rule
+    ended the run (it did not finish), else 0."""
     from trainer.train.apply import alert_line, summary_line  # noqa: PLC0415
 
     status = exit_codes.ALERT_STOPPED if result.stop_reason == "alert" else exit_codes.OK
+    save_failed = result.save_failed
+    if save_failed is not None:
+        status = exit_codes.SAVE_FAILED
     if os.environ.get("RANK", "0") != "0":
         return status  # rank 0 reports the run
     print(summary_line(result, config, out_dir))
     alert = alert_line(result)
     if alert is not None:
         print(f"trainer apply: {alert}", file=sys.stderr)
+    if save_failed is not None:
+        print(
+            f"trainer apply: error: the final checkpoint of step {result.steps_run} was not "
+            f"written: {save_failed}. The run is not finished (status save_failed); free "
+            "space or fix the cause, then resume it with --resume",
+            file=sys.stderr,
+        )
     return status
 
 
@@ -170,5 +191,11 @@ def add_apply_parser(sub: argparse._SubParsersAction) -> None:
         "--resume-other-run",
         action="store_true",
         help="resume even when the checkpoint's config hash or data manifest differ",
+    )
+    p.add_argument(
+        "--restart",
+        action="store_true",
+        help="start over a run in --out that stopped before its first checkpoint "
+        "(its files are moved to --out/before-restart-N/)",
     )
     p.set_defaults(run=cmd_apply)

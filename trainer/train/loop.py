@@ -50,12 +50,15 @@ One run, top to bottom (C-TRAINING-LOOP):
      the first step that breaches it, agreed by every rank;
    - with ``options.checkpoint``, every ``training.save_interval`` steps, at the last
      step, and after the step in progress when SIGTERM/SIGINT arrives: a checkpoint of
-     every registered part (train/checkpointing.py; a failed save is loud and training
-     goes on).
-7. However the run ends - its last step, early stopping, a signal, a stop alert, or an
-   exception (NonFiniteError, DivergenceError, DataExhaustedError, anything) - train()
-   records it in training_state.json (MetricsWriter.finish: status, reason, ended_at),
-   so `trainer monitor` shows how a run ended instead of calling it stale.
+     every registered part (train/checkpointing.py; a failed periodic save is loud and
+     training goes on; a failed final save - the last step, early stopping, a signal, a
+     stop alert - ends the run with status ``save_failed``, TrainResult.save_failed
+     saying why, agreed by every rank).
+7. However the run ends - its last step, early stopping, a signal, a stop alert, a final
+   checkpoint that could not be written, or an exception (NonFiniteError,
+   DivergenceError, DataExhaustedError, anything) - train() records it in
+   training_state.json (MetricsWriter.finish: status, reason, ended_at), so `trainer
+   monitor` shows how a run ended instead of calling it stale.
 
 Data parallel (trainer/train/distributed.py): a process started by torchrun joins the
 process group (gloo on CPU, NCCL on CUDA) and trains a DistributedDataParallel model.
@@ -131,6 +134,9 @@ class TrainResult:
     checkpoints: list[int] = field(default_factory=list)  # steps saved by this process
     resumed_from: int = 0  # the checkpoint step this process started after (0: none)
     alert: alerts.Fired | None = None  # the stop rule that ended the run (stop_reason "alert")
+    # Why the run's final checkpoint (its last step, early stop, alert or signal save) was
+    # not written; None when it was, or the run saves none. Set: status "save_failed".
+    save_failed: str | None = None
 
     @property
     def losses(self) -> list[float]:
@@ -444,12 +450,30 @@ class _Run:
         if self.state.guards.check(val_loss):
             self.result.stop_reason = "early_stopping"
 
-    def save(self, plan: StepPlan) -> None:
-        """Checkpoint the state after ``plan``'s step (a failure is logged, not raised)."""
+    def save(self, plan: StepPlan, *, final: bool = False) -> None:
+        """Checkpoint the state after ``plan``'s step (a failure is logged, not raised).
+        ``final``: the run's last save; when it fails (on any rank's word: rank 0 writes)
+        the result says why (save_failed) and the run ends with status save_failed."""
         assert self.checkpointer is not None, "save() on a run without checkpoints"
+        if final and self.result.save_failed is not None:
+            return  # the final save of the last step failed just now: said once
         self.state.data.completed(plan)
-        if self.checkpointer.save(plan.step, self.state, self.world) is not None:
+        failures = len(self.checkpointer.failures)
+        if final:
+            path = self.checkpointer.save(plan.step, self.state, self.world, final=True)
+        else:
+            path = self.checkpointer.save(plan.step, self.state, self.world)
+        if path is not None:
             self.result.checkpoints.append(plan.step)
+        if not final:
+            return
+        failed = len(self.checkpointer.failures) > failures
+        if distributed.any_rank(failed, self.world):
+            self.result.save_failed = (
+                self.checkpointer.failures[-1]
+                if failed
+                else f"rank 0 could not write the checkpoint of step {plan.step}"
+            )
 
     def run(self) -> None:
         training = self.config.training
@@ -470,7 +494,8 @@ class _Run:
                 log_interval=self.config.monitoring.log_interval,
             )
             if self.checkpointer is not None and self.checkpointer.due(plan.step):
-                self.save(plan)
+                # The schedule's last step: this save is the final one (not tried twice).
+                self.save(plan, final=plan.step == self.last_step)
             self.hooks.after_step(plan.step, record)
             # A stop alert, early stopping or a signal: the checkpoint below, then the end.
             if self.stop_on_alert(fired) or self.result.stop_reason != "max_steps":
@@ -478,7 +503,9 @@ class _Run:
             if self.signalled():
                 break
         if last is not None and self.checkpointer is not None:
-            self.save(last)  # the last step, early stop, signal or alert (no-op if just saved)
+            # The last step, early stop, signal or alert (no-op if just saved); a failure
+            # here ends the run with status save_failed.
+            self.save(last, final=True)
 
     def signalled(self) -> bool:
         """SIGTERM/SIGINT: save, then a clean stop. Every rank stops after the same step,
@@ -521,8 +548,14 @@ class _Run:
         return True
 
     def end_status(self) -> tuple[str, str]:
-        """(status, reason) of a run that returned: training_state.json's end record."""
+        """(status, reason) of a run that returned: training_state.json's end record. A run
+        whose final checkpoint was not written is save_failed, however it stopped."""
         r, early = self.result, self.state.guards.early
+        if r.save_failed is not None:
+            return "save_failed", (
+                f"step {r.steps_run} ({r.stop_reason}): the final checkpoint was not "
+                f"written: {r.save_failed}"
+            )
         if r.stop_reason == "alert" and r.alert is not None:
             return "alert", r.alert.message()
         if r.stop_reason == "early_stopping" and early is not None:
@@ -622,6 +655,8 @@ def _start(
     if options.resume_from is not None:
         checkpointing.resume(options.resume_from, options.checkpoint_dir, state, world)
     resumed_from = state.data.resumed_from
+    if checkpointer is not None and resumed_from:
+        checkpointer.resumed_from = resumed_from  # the last good checkpoint before any save
     out_dir = options.out_dir if world.is_main else None  # rank 0 alone writes
     if resumed_from and out_dir is not None:
         # The steps after the checkpoint are taken again: their earlier lines (and a line

@@ -67,3 +67,17 @@ def test_a_prune_killed_mid_deletion_leaves_no_checkpoint_missing_files(tmp_path
         step_dir_name(10),
         step_dir_name(15),
     ]
+
+
+def test_prune_removes_a_killed_pointer_writes_temp_file_and_nothing_else(tmp_path):
+    model, optimizer = trained(steps=1)
+    for step in (5, 10):
+        save(tmp_path, step, model, optimizer)
+    stray = tmp_path / f".{LATEST_POINTER}.k1ll3d.tmp"  # a save killed mid pointer write
+    stray.write_text(step_dir_name(15) + "\n")
+    lookalike = tmp_path / "notes.tmp"  # someone else's file: not the pointer's temp
+    lookalike.write_text("keep me\n")
+    removed = prune(tmp_path, keep=2)
+    assert [p.name for p in removed] == [stray.name]
+    assert not stray.exists() and lookalike.exists()
+    assert (tmp_path / LATEST_POINTER).read_text() == step_dir_name(10) + "\n"

@@ -233,7 +233,8 @@ def test_finish_without_a_step_and_with_a_bad_status(tmp_path):
     assert (state["max_steps"], state["last"], state["status"]) == (7, None, "aborted")
     with pytest.raises(ValueError, match="not one of"):
         writer.finish("done", "")
-    assert set(END_STATUSES) == {"finished", "early_stopping", "signal", "alert", "aborted"}
+    ended = {"finished", "early_stopping", "signal", "alert", "aborted", "save_failed"}
+    assert set(END_STATUSES) == ended
     metrics.MetricsWriter(None, tiny_config(), 8, torch.device("cpu")).finish("finished", "")
 
 

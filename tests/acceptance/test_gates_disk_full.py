@@ -1,0 +1,158 @@
+"""`gates promote` on a full disk (issue 20): a file-size limit (RLIMIT_FSIZE, with SIGXFSZ
+ignored, so a write past it fails with EFBIG as on a full filesystem, no root needed) makes
+the promotion fail with exit 2, a message naming the file it could not write, no traceback,
+and the project exactly as it was: the earlier evidence and contract kept byte for byte,
+no temp file or journal left behind.
+
+Two limits hit two stages: one below the trace hook the promotion writes to its temp dir
+before it measures, one above it but below the evidence file (the measurement reads enough
+tracked files for its evidence to outgrow the hook), so the commit itself is what fails.
+"""
+
+from __future__ import annotations
+
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gates import trace
+from tests.acceptance import widget_project
+
+GATE = "GATE-WIDGET-001"
+EVIDENCE = Path("evidence") / "C-WIDGET" / f"{GATE}.json"
+CONTRACT = Path("contracts") / "widget-v1.yaml"
+HOOK_BYTES = len(trace.SITECUSTOMIZE.encode())
+DATA_FILES = 40  # tracked files the measurement reads: each is one `sources` entry
+
+MEASUREMENT = widget_project.MEASUREMENT.replace(
+    "    (artifact,) = ctx.artifacts\n",
+    "    (artifact,) = ctx.artifacts\n"
+    "    for data in sorted(Path('data').glob('*.txt')):\n"
+    "        data.read_text()\n",
+)
+
+
+def _commit(root: Path, message: str) -> None:
+    widget_project.git(root, "add", "-A")
+    widget_project.git(
+        root, "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-qm", message
+    )
+
+
+def _promote(root: Path, artifact: Path, limit: int | None) -> subprocess.CompletedProcess:
+    def size_limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run(
+        [sys.executable, "-m", "gates.cli.gates", "promote", GATE, "--artifact", str(artifact)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        preexec_fn=size_limited if limit is not None else None,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def promoted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The widget project, GATE-WIDGET-001 promoted once (no limit) and committed."""
+    root = tmp_path_factory.mktemp("diskfull") / "widget"
+    root.mkdir()
+    widget_project.build(root)
+    (root / "pyproject.toml").write_text(
+        '# widget fixture project\n[tool.shipgate]\nmeasurements = ["gatework"]\n'
+    )
+    (root / "gatework").mkdir()
+    (root / "gatework" / "widget_gates.py").write_text(MEASUREMENT)
+    (root / "data").mkdir()
+    for i in range(DATA_FILES):
+        (root / "data" / f"part-{i:03d}.txt").write_text(f"{i}\n")
+    (root / "runs").mkdir()
+    (root / "runs" / "lines.txt").write_text("a\nb\nc\n")
+    _commit(root, "a measurement that reads tracked data")
+    proc = _promote(root, root / "runs" / "lines.txt", limit=None)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _commit(root, "promoted")
+    time.sleep(1.1)  # then a status that leaves git an index it never rewrites (not racy)
+    subprocess.run(
+        ["git", "-C", str(root), "status", "--porcelain"], check=True, capture_output=True
+    )
+    return root
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+        and ".git" not in p.parts
+        and "__pycache__" not in p.parts
+        and ".pytest_cache" not in p.parts
+        and p.name != ".gates.lock"
+    }
+
+
+@pytest.mark.parametrize(
+    ("limit", "unwritten"),
+    [(HOOK_BYTES - 1, "sitecustomize.py"), (HOOK_BYTES + 200, f"{GATE}.json")],
+    ids=["before-measuring", "at-the-commit"],
+)
+def test_a_promotion_that_cannot_write_fails_and_keeps_the_earlier_evidence(
+    promoted: Path, tmp_path: Path, limit: int, unwritten: str
+) -> None:
+    evidence_bytes = len((promoted / EVIDENCE).read_bytes())
+    assert evidence_bytes > HOOK_BYTES + 200, "the evidence must outgrow the hook"
+    before = _snapshot(promoted)
+    (promoted / "runs" / "lines.txt").write_text("a\nb\nc\nd\n")  # ignored: a new artifact
+    try:
+        proc = _promote(promoted, promoted / "runs" / "lines.txt", limit)
+        after = _snapshot(promoted)
+    finally:
+        (promoted / "runs" / "lines.txt").write_text("a\nb\nc\n")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "File too large" in proc.stderr and unwritten in proc.stderr, proc.stderr
+    after.pop("runs/lines.txt")
+    before.pop("runs/lines.txt")
+    assert after == before, "a failed promotion changed the project"
+    status = subprocess.run(
+        ["git", "-C", str(promoted), "status", "--porcelain", "--ignored"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    leftovers = [line for line in status.splitlines() if ".tmp" in line or "journal" in line]
+    assert leftovers == []
+
+
+def test_the_same_promotion_without_a_limit_succeeds(promoted: Path) -> None:
+    """The positive control: the limit, not the project, is what failed above."""
+    proc = _promote(promoted, promoted / "runs" / "lines.txt", limit=HOOK_BYTES * 4)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    widget_project.git(promoted, "reset", "-q", "--hard")
+
+
+def test_a_git_status_that_cannot_write_the_index_is_an_io_error_not_a_dirty_tree(
+    promoted: Path,
+) -> None:
+    """A tracked file touched (same bytes, new mtime) makes git rewrite its index on the
+    next status; under the limit git fails, and gates says so instead of "uncommitted"."""
+    widget = promoted / "widget.py"
+    widget.touch()
+    try:
+        proc = _promote(promoted, promoted / "runs" / "lines.txt", limit=HOOK_BYTES * 4 // 3)
+    finally:
+        subprocess.run(["git", "-C", str(promoted), "status"], check=True, capture_output=True)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "uncommitted" not in proc.stderr
+    # git is killed by SIGXFSZ (subprocess restores its default) or says "File too large".
+    assert "git status" in proc.stderr, proc.stderr
+    assert "File too large" in proc.stderr or "SIGXFSZ" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,150 @@
+"""A disk that fills up under `trainer apply` and `trainer pipeline` (issue 20): the final
+checkpoint cannot be written, so the command exits 6 (SAVE_FAILED) with a clear message
+and no traceback, says so in training_state.json and the run store, exports nothing, and
+loses nothing written before (earlier checkpoints, metrics, the stages before training).
+
+The fault is real and needs no root: the child runs under RLIMIT_FSIZE with SIGXFSZ
+ignored, so any write past the limit fails with EFBIG ("File too large"). The limit sits
+between the run's small files (metrics, state, the run store, shards, tokenizer) and a
+checkpoint's weights, which is asserted, not assumed.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import signal
+import sqlite3
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.test_trainer_pipeline import pipeline_argv, tiny_config
+from tests.unit.trainer.loop_support import (  # noqa: F401 - one_thread is a fixture
+    encode_test_corpus,
+    one_thread,
+    write_run_config,
+)
+from trainer import cli, exit_codes
+from trainer.checkpoint.layout import checkpoint_dirs, step_of
+from trainer.checkpoint.verify import inspect_checkpoint
+
+pytestmark = pytest.mark.slow  # training and the pipeline in subprocesses: about 6 s
+
+ROOT = Path(__file__).resolve().parents[2]
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+LIMIT = 100_000  # bytes per file: the runs' small files fit, a checkpoint's weights do not
+
+
+def _limited() -> None:
+    """In the child: writes past LIMIT fail with EFBIG instead of killing it (SIGXFSZ)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, LIMIT))
+
+
+def _trainer(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "trainer", *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        preexec_fn=_limited,
+        check=False,
+        timeout=300,
+    )
+
+
+def _status(run_dir: Path) -> tuple[str, str, str]:
+    """(training_state.json status, its reason, the run store's status)."""
+    state = json.loads((run_dir / "training_state.json").read_text())
+    store = sqlite3.connect(f"{(run_dir / 'runs.db').as_uri()}?mode=ro", uri=True)
+    try:
+        (stored,) = store.execute("SELECT status FROM runs").fetchone()
+    finally:
+        store.close()
+    return state["status"], state["reason"], stored
+
+
+def _steps(run_dir: Path) -> list[int]:
+    return [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _small_files_fit(run_dir: Path) -> None:
+    """The test's premise: every file but a checkpoint's fits under the limit."""
+    for path in run_dir.rglob("*"):
+        if path.is_file() and "checkpoints" not in path.parts:
+            assert path.stat().st_size < LIMIT // 2, f"{path} would hit the size limit itself"
+
+
+def test_apply_on_a_full_disk_exits_save_failed_and_keeps_every_earlier_checkpoint(
+    tmp_path, capsys
+):
+    data, tok = encode_test_corpus(tmp_path)
+    config = write_run_config(
+        tmp_path / "run.yaml", data, tok, tmp_path / "unused",
+        max_steps=8, save_interval=2, warmup_steps=0,
+    )  # fmt: skip
+    out = tmp_path / "out"
+    args = ["apply", str(config), "--out", str(out), "--device", "cpu"]
+    assert cli.main([*args, "--max-steps", "4"]) == 0, capsys.readouterr().err
+    weights = out / "checkpoints" / "step-00000004" / "model.safetensors"
+    assert weights.stat().st_size > LIMIT, "the checkpoint fits under the limit: no fault"
+    before = {
+        p.name: (p / "manifest.json").read_bytes() for p in checkpoint_dirs(out / "checkpoints")
+    }
+
+    proc = _trainer(*args, "--resume")
+    assert proc.returncode == exit_codes.SAVE_FAILED == 6, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "trainer apply: error: the final checkpoint of step 8 was not written" in proc.stderr
+    assert "File too large" in proc.stderr, proc.stderr[-3000:]
+    status, reason, stored = _status(out)
+    assert (status, stored) == ("save_failed", "save_failed")
+    assert "File too large" in reason and "last good checkpoint is step 4" in reason, reason
+    # Nothing earlier is lost: the checkpoints verify as they were, latest names one.
+    assert sorted(step_of(p) for p in checkpoint_dirs(out / "checkpoints")) == [2, 4]
+    for path in checkpoint_dirs(out / "checkpoints"):
+        assert inspect_checkpoint(path).valid
+        assert (path / "manifest.json").read_bytes() == before[path.name]
+    assert (out / "checkpoints" / "latest").read_text().strip() == "step-00000004"
+    assert _steps(out) == list(range(1, 9))
+    _small_files_fit(out)
+
+    # Space again: the same run resumes from its last good checkpoint and finishes.
+    capsys.readouterr()
+    assert cli.main([*args, "--resume"]) == 0, capsys.readouterr().err
+    assert _status(out)[0::2] == ("finished", "finished")
+    assert inspect_checkpoint(out / "checkpoints" / "step-00000008").valid
+
+
+def test_pipeline_on_a_full_disk_exits_save_failed_and_exports_nothing(tmp_path):
+    corpus = tmp_path / "corpus"
+    for source in sorted((STDLIB / "json").rglob("*.py")):  # ~20k tokens: small shards
+        target = corpus / source.relative_to(STDLIB / "json")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(source.read_bytes())
+    config = tiny_config(tmp_path / "tiny.yaml", max_steps=6, save_interval=3)
+    out = tmp_path / "run"
+
+    proc = _trainer(*pipeline_argv(config, out, corpus))
+    assert proc.returncode == exit_codes.SAVE_FAILED, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    said = "trainer pipeline: error: stage train: the final checkpoint of step 6 was not written"
+    assert said in proc.stderr, proc.stderr[-3000:]
+    assert "File too large" in proc.stderr and "nothing is exported" in proc.stderr
+    # Refused: no stage after training ran, and no summary claims it finished.
+    for later in ("export", "baseline.json", "plots", "summary.json"):
+        assert not (out / later).exists(), f"{later} was made from a run that did not save"
+    stages = json.loads((out / "pipeline.json").read_text())["stages"]
+    assert stages["train"]["status"] == "started" and "export" not in stages, stages
+    # Nothing earlier is lost: the tokenizer and the shards, the run's metrics and state.
+    assert (out / "tokenizer" / "tokenizer.json").is_file()
+    assert (out / "data" / "manifest.json").is_file()
+    train = out / "train"
+    assert _steps(train) == list(range(1, 7))
+    assert _status(train)[0::2] == ("save_failed", "save_failed")
+    assert not checkpoint_dirs(train / "checkpoints")
+    _small_files_fit(out)

@@ -66,11 +66,7 @@ def promoted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("diskfull") / "widget"
     root.mkdir()
     widget_project.build(root)
-    (root / "pyproject.toml").write_text(
-        '# widget fixture project\n[tool.shipgate]\nmeasurements = ["gatework"]\n'
-    )
-    (root / "gatework").mkdir()
-    (root / "gatework" / "widget_gates.py").write_text(MEASUREMENT)
+    widget_project.use_measurement_dir(root, MEASUREMENT)
     (root / "data").mkdir()
     for i in range(DATA_FILES):
         (root / "data" / f"part-{i:03d}.txt").write_text(f"{i}\n")

@@ -87,11 +87,7 @@ def promoted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("fresh") / "widget"
     root.mkdir()
     widget_project.build(root)
-    (root / "pyproject.toml").write_text(
-        '# widget fixture project\n[tool.shipgate]\nmeasurements = ["gatework"]\n'
-    )
-    (root / "gatework").mkdir()
-    (root / "gatework" / "widget_gates.py").write_text(MEASUREMENT)
+    widget_project.use_measurement_dir(root, MEASUREMENT)
     (root / "data").mkdir()
     (root / "data" / "lines.txt").write_text(lines(5))
     (root / "unread.txt").write_text("tracked, and read by nothing the gate runs\n")

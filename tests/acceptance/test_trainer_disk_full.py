@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import resource
 import signal
-import sqlite3
 import subprocess
 import sys
 import sysconfig
@@ -28,6 +27,7 @@ from tests.unit.trainer.loop_support import (  # noqa: F401 - one_thread is a fi
     one_thread,
     write_run_config,
 )
+from tests.unit.trainer.test_checkpoint_final_save import run_end
 from trainer import cli, exit_codes
 from trainer.checkpoint.layout import checkpoint_dirs, step_of
 from trainer.checkpoint.verify import inspect_checkpoint
@@ -55,17 +55,6 @@ def _trainer(*argv: str) -> subprocess.CompletedProcess:
         check=False,
         timeout=300,
     )
-
-
-def _status(run_dir: Path) -> tuple[str, str, str]:
-    """(training_state.json status, its reason, the run store's status)."""
-    state = json.loads((run_dir / "training_state.json").read_text())
-    store = sqlite3.connect(f"{(run_dir / 'runs.db').as_uri()}?mode=ro", uri=True)
-    try:
-        (stored,) = store.execute("SELECT status FROM runs").fetchone()
-    finally:
-        store.close()
-    return state["status"], state["reason"], stored
 
 
 def _steps(run_dir: Path) -> list[int]:
@@ -101,7 +90,7 @@ def test_apply_on_a_full_disk_exits_save_failed_and_keeps_every_earlier_checkpoi
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert "trainer apply: error: the final checkpoint of step 8 was not written" in proc.stderr
     assert "File too large" in proc.stderr, proc.stderr[-3000:]
-    status, reason, stored = _status(out)
+    status, reason, stored = run_end(out)
     assert (status, stored) == ("save_failed", "save_failed")
     assert "File too large" in reason and "last good checkpoint is step 4" in reason, reason
     # Nothing earlier is lost: the checkpoints verify as they were, latest names one.
@@ -116,7 +105,7 @@ def test_apply_on_a_full_disk_exits_save_failed_and_keeps_every_earlier_checkpoi
     # Space again: the same run resumes from its last good checkpoint and finishes.
     capsys.readouterr()
     assert cli.main([*args, "--resume"]) == 0, capsys.readouterr().err
-    assert _status(out)[0::2] == ("finished", "finished")
+    assert run_end(out)[0::2] == ("finished", "finished")
     assert inspect_checkpoint(out / "checkpoints" / "step-00000008").valid
 
 
@@ -145,6 +134,6 @@ def test_pipeline_on_a_full_disk_exits_save_failed_and_exports_nothing(tmp_path)
     assert (out / "data" / "manifest.json").is_file()
     train = out / "train"
     assert _steps(train) == list(range(1, 7))
-    assert _status(train)[0::2] == ("save_failed", "save_failed")
+    assert run_end(train)[0::2] == ("save_failed", "save_failed")
     assert not checkpoint_dirs(train / "checkpoints")
     _small_files_fit(out)

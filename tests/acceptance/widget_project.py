@@ -108,6 +108,16 @@ def git(root: Path, *args: str) -> None:
     subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
 
 
+def use_measurement_dir(root: Path, measurement: str) -> None:
+    """Move the project's measurement into ``gatework/`` (named in pyproject.toml's
+    [tool.shipgate] measurements), as `gates` run from the command line finds it."""
+    (root / "pyproject.toml").write_text(
+        '# widget fixture project\n[tool.shipgate]\nmeasurements = ["gatework"]\n'
+    )
+    (root / "gatework").mkdir()
+    (root / "gatework" / "widget_gates.py").write_text(measurement)
+
+
 def build(root: Path) -> Path:
     """Write the project, commit it, and return the contract path."""
     (root / "tests" / "mutants").mkdir(parents=True)

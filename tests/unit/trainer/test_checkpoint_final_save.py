@@ -41,7 +41,7 @@ def _saved(run_dir):
     return sorted(step_of(p) for p in checkpoint_dirs(run_dir / "checkpoints"))
 
 
-def _end(run_dir) -> tuple[str, str, str]:
+def run_end(run_dir) -> tuple[str, str, str]:
     """(training_state.json status, its reason, runs.db status)."""
     state = json.loads((run_dir / "training_state.json").read_text())
     store = sqlite3.connect(f"{(run_dir / 'runs.db').as_uri()}?mode=ro", uri=True)
@@ -69,7 +69,7 @@ def test_a_run_whose_final_save_fails_ends_save_failed_and_one_that_saves_ends_f
 ):
     good = _train(tmp_path / "good")
     assert good.save_failed is None and _saved(tmp_path / "good") == [8, 12]
-    assert _end(tmp_path / "good")[0::2] == ("finished", "finished")
+    assert run_end(tmp_path / "good")[0::2] == ("finished", "finished")
 
     caplog.set_level(logging.WARNING, logger="trainer")
     _disk_full_at(monkeypatch, 12)
@@ -77,7 +77,7 @@ def test_a_run_whose_final_save_fails_ends_save_failed_and_one_that_saves_ends_f
     result = _train(full)
     assert result.steps_run == 12 and result.checkpoints == [4, 8]
     assert result.save_failed is not None and "No space left" in result.save_failed
-    status, reason, stored = _end(full)
+    status, reason, stored = run_end(full)
     assert (status, stored) == ("save_failed", "save_failed"), "a lost final save ended finished"
     assert "final checkpoint was not written" in reason and "No space left" in reason, reason
     assert "last good checkpoint is step 8" in reason, reason
@@ -106,7 +106,7 @@ def test_a_failed_save_after_sigterm_ends_save_failed_not_signal(tmp_path, monke
     result = _train(tmp_path, hooks=_TermDuring(6))
     assert (result.stop_reason, result.steps_run) == ("signal", 6)
     assert result.save_failed is not None and "No space left" in result.save_failed
-    status, reason, stored = _end(tmp_path)
+    status, reason, stored = run_end(tmp_path)
     assert (status, stored) == ("save_failed", "save_failed")
     assert "(signal)" in reason and "last good checkpoint is step 4" in reason, reason
     assert _saved(tmp_path) == [4]
@@ -149,7 +149,7 @@ def test_a_fallback_resume_quarantines_the_corrupt_checkpoint_and_saves_its_step
     assert inspect_checkpoint(newest).valid
     assert _sha(newest / "model.safetensors") == weights, "the step saved again is not bitwise"
     assert (checkpoints / "latest").read_text().strip() == "step-00000012"
-    assert _end(tmp_path)[0::2] == ("finished", "finished")
+    assert run_end(tmp_path)[0::2] == ("finished", "finished")
     said = " ".join(r.getMessage() for r in caplog.records)
     assert f"quarantined checkpoint {newest} as {quarantined}" in said, said
 

@@ -50,6 +50,8 @@ def _session_shipgate_home(tmp_path_factory):
     never the real home's, from module- and session-scoped fixtures either."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SHIPGATE_HOME", str(tmp_path_factory.mktemp("shipgate-home")))
+        # The CPU's matmul peak (trainer/plan/roofline.py), measured once per session.
+        patch.setenv("SHIPGATE_CACHE_DIR", str(tmp_path_factory.mktemp("shipgate-cache")))
         yield
 
 

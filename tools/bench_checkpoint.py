@@ -8,14 +8,19 @@ side by side in one run; write the numbers as JSON (issue 7: a full 370M checkpo
 "save" is trainer.checkpoint.save.save_checkpoint as the trainer calls it, on the preset's
 model and a torch AdamW (trainer.train.optim.build_adamw) after one real optimizer step, so
 optimizer.safetensors holds exp_avg and exp_avg_sq of every parameter. Its time includes
-the optimizer-state copy, every fsync and the sha256 of every file for manifest.json.
+every write, every fsync and the sha256 of every file for manifest.json: since issue 21 the
+files are written from the tensors' own memory (no copy of the AdamW state) and hashed
+while written, so ``save_hash_s`` (build_manifest) and ``save_optimizer_copy_s``
+(optimizer_tensors) are what is left of those two steps, near zero.
 "load" is trainer.checkpoint.load.load_checkpoint into the same model and optimizer (zeroed
-first, so a load that restores nothing is caught): it verifies the size and sha256 of every
-file before reading any of them, as a resume does, then restores weights, AdamW state and
-RNGs. The hashing inside each is timed too (``hash_s``), so the JSON splits it out.
-safetensors returns the AdamW tensors on a copy-on-write mapping of optimizer.safetensors,
-so the loader returns before their pages are faulted in; that deferred cost is measured
-right after each load (``load_first_touch_s``) and reported beside, not inside, load_s.
+first, so a load that restores nothing is caught): it verifies the size, sha256 and contents
+of every file before restoring anything, as a resume does, then restores weights, AdamW state
+and RNGs. The verification (``load_hash_s``) is the load's one read of the files: in
+parallel, each hashed over a private (copy-on-write) mapping of it while the kernel reads
+ahead, and the tensors are then built over those same mappings (as safetensors' load_file
+also maps), so the loader returns before the AdamW tensors' pages are faulted into it;
+that deferred cost is measured right after each load (``load_first_touch_s``) and
+reported beside, not inside, load_s.
 "raw" is one file of exactly the checkpoint's byte count in the same directory, holding
 the same weight and AdamW bytes (a storage layer that compresses or deduplicates treats both
 sides alike): written with sequential write() calls of ``--write-chunk-kib`` and fsynced,
@@ -341,10 +346,10 @@ def timed_load(path: Path, model: Llama, optimizer: torch.optim.Optimizer) -> di
 def first_touch_s(model: Llama, optimizer: torch.optim.Optimizer) -> float:
     """Seconds to touch one element of every page of every weight and AdamW state tensor.
 
-    safetensors' load_file hands back the optimizer's tensors on a private (copy-on-write)
-    mapping of optimizer.safetensors, so the loader returns before their pages are faulted
-    in; the first optimizer step after a resume pays that. This is that deferred cost (the
-    pages are in the page cache already: the verification read them).
+    The loader hands back the optimizer's tensors on a private (copy-on-write) mapping of
+    optimizer.safetensors (the mapping its verification hashed), so it returns before
+    their pages are faulted in; the first optimizer step after a resume pays that. This is
+    that deferred cost (the pages are in the page cache already: the verification read them).
     """
     started = time.perf_counter()
     with torch.no_grad():
@@ -623,11 +628,16 @@ def run_benchmark(
             "repeats": repeats,
             "order": "(save, raw write) then (load, raw read); checkpoint first in even "
             "rounds, raw first in odd ones",
-            "save": "trainer.checkpoint.save.save_checkpoint: optimizer-state copy, fsyncs "
-            "and the manifest's sha256 of every file included",
-            "load": "trainer.checkpoint.load.load_checkpoint: size + sha256 verification of "
-            "every file included; weights, AdamW state and RNGs restored (into zeroed "
-            "tensors); the AdamW tensors' deferred page faults are load_first_touch, apart",
+            "save": "trainer.checkpoint.save.save_checkpoint: every file written (the "
+            "tensor files straight from the weights' and AdamW state's memory, no copy) "
+            "and hashed (sha256) from the bytes written, as they are written, by a second "
+            "thread; every fsync, the manifest and the renames included",
+            "load": "trainer.checkpoint.load.load_checkpoint: one read of every file, in "
+            "parallel, hashed (sha256) as it is read; size, sha256 and content checks of "
+            "every file before anything is restored; weights (copied into the model), "
+            "AdamW state (tensors over the private mapping of optimizer.safetensors that "
+            "was hashed) and RNGs restored into zeroed tensors; the mapped AdamW tensors' "
+            "deferred page faults are load_first_touch, apart",
             "sha256_included": {"save": True, "load": True},
             "raw": "one file of checkpoint_bytes holding the same weight and AdamW bytes: "
             f"sequential {write_chunk_kib} KiB write() calls + fsync; sequential "
@@ -658,8 +668,12 @@ def run_benchmark(
             "save_optimizer_copy_s_median": statistics.median(
                 r["save_optimizer_copy_s"] for r in rounds
             ),
-            "note": "hash_s: manifest building inside the save (sha256 of every file just "
-            "written) and verify_checkpoint inside the load (cold read + sha256 of every file)",
+            "note": "save_hash_s: build_manifest inside the save (the digests were computed "
+            "while writing; it hashes only a file whose writer returned none); "
+            "save_optimizer_copy_s: optimizer_tensors (names the optimizer's own tensors, "
+            "no copy); load_hash_s: verify_checkpoint inside the load, the load's one cold "
+            "read of every file with its sha256 (over a mapping of each file, which the "
+            "load then builds its tensors over)",
         },
         "load_first_touch": _first_touch_summary(rounds),
         "torch": torch.__version__,
@@ -686,8 +700,9 @@ def _first_touch_summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         / with_touch,
         "note": "first_touch_s: faulting in every page of the restored weights and AdamW "
         "state once, right after the load (not in load_s). When the optimizer state is "
-        "file-mapped, safetensors returned it on a copy-on-write mapping of "
-        "optimizer.safetensors and the loader's time excludes materializing it.",
+        "file-mapped (a copy-on-write mapping of optimizer.safetensors: since issue 21 the "
+        "mapping the load's verification hashed), the loader's time excludes materializing "
+        "it.",
     }
 
 

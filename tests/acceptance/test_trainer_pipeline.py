@@ -119,6 +119,11 @@ def test_a_run_makes_every_artifact_and_a_summary(first_run):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["tokenizer"]["vocab_size"] == 512
     assert summary["training"]["steps"] == 12
+    # a CPU run: its median step's share of this CPU's measured float32 matmul peak
+    assert summary["training"]["median_peak_fraction"] > 0
+    assert summary["training"]["matmul_peak_flops"] > 0
+    assert "tokens/s median, " in stdout
+    assert "of this CPU's measured float32 matmul peak (" in stdout
     assert summary["checkpoint"]["path"].endswith("step-00000012")
     assert summary["checkpoint"]["bytes"] > summary["export"]["bytes"] > 0
     base = summary["baseline"]

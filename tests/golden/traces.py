@@ -4,7 +4,7 @@ A golden trace is the cheapest net for bugs nobody named: an off-by-one in the s
 batch read from the wrong epoch, a lost RNG state, a changed reduction order all move at
 least one number. Each trace is a run of the training loop at a fixed seed on one CPU thread:
 
-- ``quickstart``: configs/quickstart-cpu.yaml's model (the tiny preset, V = 8192),
+- ``quickstart``: configs/quickstart-cpu.yaml's model (4 layers, hidden 128, V = 2048),
   optimizer, micro-batch, sequence length and seed; its schedule scaled to 15 steps (warmup
   2) and a 40-sequence data set, so the run crosses two epoch boundaries (5 steps an epoch).
 - ``tiny``: the tiny preset as defined (V = 512), seq_len 32, micro-batch 4 x gradient

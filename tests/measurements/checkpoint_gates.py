@@ -39,15 +39,21 @@ LOOP_RUN = Recipe(
     seed=42,  # run.yaml's training.seed default; the tokenizer and data are deterministic
     exclude=("train/runs.db",),
     volatile={
-        "train/metrics.jsonl": ("tokens_per_s", "step_s", "mfu"),
-        "train/training_state.json": ("ended_at", "tokens_per_s", "step_s", "mfu"),
+        "train/metrics.jsonl": ("tokens_per_s", "step_s", "mfu", "peak_fraction"),
+        "train/training_state.json": (
+            "ended_at",
+            "tokens_per_s",
+            "step_s",
+            "mfu",
+            "peak_fraction",
+        ),
         "train/run_manifest.json": ("created", "run_started", "run_id", "host", "git"),
     },
     reason=(
         "train/runs.db is the run store's SQLite file (wall-clock times, a random run id; "
-        "rebuilt from the run's files by `trainer runs sync`); tokens_per_s, step_s and mfu "
-        "are timings; created, run_started and ended_at are clock times; run_id is random; "
-        "host and git say where and at which commit it was built, not what was trained"
+        "rebuilt from the run's files by `trainer runs sync`); tokens_per_s, step_s, mfu and "
+        "peak_fraction are timings; created, run_started and ended_at are clock times; run_id "
+        "is random; host and git say where and at which commit it was built, not what was trained"
     ),
     bitwise_across_machines=False,
     why_not_bitwise=(
@@ -608,7 +614,7 @@ def _init_tensor_bytes(ckpt: Path) -> dict[str, bytes]:
 
 @measures("GATE-TRAIN-LOOP-015", artifact=ARTIFACT, check=_is_loop_run, recipe=LOOP_RUN)
 def export_tensor_bytes_shortfall(ctx: GateContext) -> Measurement:
-    run = ctx.artifacts[0]
+    run = ctx.artifacts[0].resolve()  # the exports below run inside it
     saved = _checkpoints(run / "train" / "checkpoints")
     newest = saved[max(saved)]
     trained = _tensor_bytes(newest / "model.safetensors")
@@ -616,8 +622,11 @@ def export_tensor_bytes_shortfall(ctx: GateContext) -> Measurement:
     init = _init_tensor_bytes(newest)
     with tempfile.TemporaryDirectory(prefix="gate-015-") as tmp:
         out = Path(tmp) / "export"
-        # In the run directory: its config and manifests name the tokenizer relative to it.
-        done = _trainer(ctx.root, "export", str(newest), "--out", str(out), cwd=run)
+        # In the run directory, naming its tokenizer/: the tokenizer path a checkpoint
+        # records is relative to where training ran (the recipe's run directory, the
+        # repository root for `make demo`'s), and this gate is about the tensors.
+        tokenizer = ["--tokenizer", str(run / "tokenizer")] if (run / "tokenizer").is_dir() else []
+        done = _trainer(ctx.root, "export", str(newest), "--out", str(out), *tokenizer, cwd=run)
         exported = _tensor_bytes(out / "model.safetensors") if done.returncode == 0 else {}
         missing = sum(len(b) for n, b in trained.items() if exported.get(n) != b)
         untrained = sum(len(b) for n, b in exported.items() if init.get(n) == b)
@@ -625,7 +634,9 @@ def export_tensor_bytes_shortfall(ctx: GateContext) -> Measurement:
         empty_src = Path(tmp) / newest.name
         _empty_model_checkpoint(newest, empty_src)
         refused_out = Path(tmp) / "empty-export"
-        refused = _trainer(ctx.root, "export", str(empty_src), "--out", str(refused_out), cwd=run)
+        refused = _trainer(
+            ctx.root, "export", str(empty_src), "--out", str(refused_out), *tokenizer, cwd=run
+        )
         empty_written = refused.returncode == 0 or refused_out.exists()
     shortfall = missing + untrained + (expected_bytes if empty_written else 0)
     return Measurement(

@@ -1,22 +1,183 @@
-"""A checkpoint's JSON files, written durably into its staging directory.
+"""A checkpoint's files, written durably into its staging directory and hashed as written.
 
 The staging directory is published by one rename (trainer/checkpoint/save.py), so a file in
 it needs its bytes on disk, not an atomic replace of its own. Atomic replacement of a single
 file, fsync of files and directories and sha256 of a file: gates/files.py.
+
+    entry = write_tensors(path, tensors, {"format": "pt"})   # {"sha256": ..., "size": ...}
+    entry = write_json(path, obj)                            # the same, fsynced
+
+Tensor files are written here, not by safetensors.torch.save_file: the same bytes (an
+8-byte little-endian header length, the JSON header padded with spaces to a multiple of 8,
+then every tensor's bytes, widest dtype first and by name within one), but straight from
+each tensor's memory in large ``os.write`` calls (no copy of the state), and the sha256 the
+manifest records is computed from those same chunks while they are written, by a second
+thread (hashlib releases the GIL), instead of by reading the file back. The caller fsyncs
+the file (save.py: its fsync is a seam of the crash-point tests).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import queue
+import struct
+import sys
+import threading
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
 
-def write_json(path: Path, obj: Any) -> None:
-    """Write ``obj`` as JSON and fsync it. NaN/inf are refused: they are not JSON."""
-    text = json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n"
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text)
+#: Bytes per os.write of a large tensor; smaller tensors are gathered up to it.
+CHUNK_BYTES = 4 * 1024 * 1024
+#: A file at least this large is hashed by a second thread, overlapped with its writes.
+THREADED_BYTES = 4 * 1024 * 1024
+
+#: safetensors' dtype names, in the order its writer lays tensors out (widest first; then by
+#: name). A dtype not here is written by safetensors itself (save.py falls back).
+_DTYPE_ORDER = (
+    (torch.uint64, "U64"),
+    (torch.int64, "I64"),
+    (torch.float64, "F64"),
+    (torch.complex64, "C64"),
+    (torch.float32, "F32"),
+    (torch.uint32, "U32"),
+    (torch.int32, "I32"),
+    (torch.bfloat16, "BF16"),
+    (torch.float16, "F16"),
+    (torch.uint16, "U16"),
+    (torch.int16, "I16"),
+    (torch.int8, "I8"),
+    (torch.uint8, "U8"),
+    (torch.bool, "BOOL"),
+)
+DTYPE_NAMES = {dtype: name for dtype, name in _DTYPE_ORDER}
+_RANK = {dtype: rank for rank, (dtype, _) in enumerate(_DTYPE_ORDER)}
+
+
+def writable_here(tensors: dict[str, torch.Tensor]) -> bool:
+    """Whether write_tensors lays these out exactly as safetensors does: known dtypes,
+    contiguous CPU tensors, a little-endian machine."""
+    return sys.byteorder == "little" and all(
+        t.dtype in _RANK and t.device.type == "cpu" and t.is_contiguous() for t in tensors.values()
+    )
+
+
+def safetensors_header(
+    tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None
+) -> tuple[bytes, list[torch.Tensor]]:
+    """(length prefix + padded JSON header, the tensors in file order), as
+    safetensors.torch.save_file writes them."""
+    names = sorted(tensors, key=lambda n: (_RANK[tensors[n].dtype], n))
+    header: dict[str, Any] = {"__metadata__": metadata} if metadata is not None else {}
+    offset = 0
+    for name in names:
+        t = tensors[name]
+        nbytes = t.numel() * t.element_size()
+        header[name] = {
+            "dtype": DTYPE_NAMES[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + nbytes],
+        }
+        offset += nbytes
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text, [tensors[n] for n in names]
+
+
+def tensor_bytes(t: torch.Tensor) -> memoryview:
+    """The bytes of a contiguous CPU tensor, as a view of its memory (no copy)."""
+    t = t.detach()
+    if t.numel() == 0:
+        return memoryview(b"")
+    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
+
+
+def _chunks(pieces: Iterable[memoryview | bytes], size: int) -> Iterator[memoryview]:
+    """``pieces`` as write-sized chunks: the first piece (a header) alone, large pieces
+    sliced in place, small ones gathered into a fresh buffer (never reused: the hashing
+    thread may still be reading a chunk handed out earlier)."""
+    pending = bytearray()
+    for index, raw in enumerate(pieces):
+        piece = memoryview(raw).cast("B")
+        if index == 0:
+            yield piece
+            continue
+        if len(piece) < size:
+            pending += piece
+            if len(pending) >= size:
+                yield memoryview(pending)
+                pending = bytearray()
+            continue
+        if pending:
+            yield memoryview(pending)
+            pending = bytearray()
+        for start in range(0, len(piece), size):
+            yield piece[start : start + size]
+    if pending:
+        yield memoryview(pending)
+
+
+def _write_all(fd: int, chunk: memoryview) -> None:
+    while chunk:
+        chunk = chunk[os.write(fd, chunk) :]
+
+
+def write_hashed(path: Path, pieces: list[memoryview | bytes]) -> dict[str, Any]:
+    """Create ``path`` holding ``pieces`` one after another; its manifest entry
+    {"sha256", "size"}, the digest of the very chunks written. Not fsynced."""
+    total = sum(memoryview(p).nbytes for p in pieces)
+    digest = hashlib.sha256()
+    work: queue.SimpleQueue[memoryview | None] = queue.SimpleQueue()
+    hasher = None
+    if total >= THREADED_BYTES:
+
+        def hash_all() -> None:
+            while (chunk := work.get()) is not None:
+                digest.update(chunk)
+
+        hasher = threading.Thread(target=hash_all, name="checkpoint-sha256", daemon=True)
+    size = 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        if hasher is not None:
+            hasher.start()
+        for chunk in _chunks(pieces, CHUNK_BYTES):
+            if hasher is not None:
+                work.put(chunk)
+            else:
+                digest.update(chunk)
+            _write_all(fd, chunk)
+            size += chunk.nbytes
+        on_disk = os.fstat(fd).st_size
+    finally:
+        if hasher is not None:
+            work.put(None)
+            hasher.join()
+        os.close(fd)
+    if on_disk != size or size != total:
+        raise OSError(f"{path}: {on_disk} bytes on disk after writing {size} of {total}")
+    return {"sha256": digest.hexdigest(), "size": size}
+
+
+def write_tensors(
+    path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None
+) -> dict[str, Any]:
+    """Write ``tensors`` (writable_here) as the safetensors file save_file would write;
+    its manifest entry, hashed while writing. Not fsynced."""
+    header, ordered = safetensors_header(tensors, metadata)
+    return write_hashed(path, [header, *(tensor_bytes(t) for t in ordered)])
+
+
+def write_json(path: Path, obj: Any) -> dict[str, Any]:
+    """Write ``obj`` as JSON and fsync it; its manifest entry. NaN/inf are refused: they
+    are not JSON."""
+    data = (json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+    with open(path, "wb") as fh:
+        fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+    return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}

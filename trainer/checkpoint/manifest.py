@@ -20,6 +20,14 @@ def file_entry(path: Path) -> dict[str, Any]:
     return {"sha256": sha256_file(path), "size": path.stat().st_size}
 
 
+def _entry(path: Path, known: dict[str, Any] | None) -> dict[str, Any]:
+    """``known`` (the sha256 and size of the bytes written, hashed as they were written:
+    trainer/checkpoint/durable.py) when the file still has that size; else hashed from disk."""
+    if known is not None and path.stat().st_size == known["size"]:
+        return {"sha256": known["sha256"], "size": known["size"]}
+    return file_entry(path)
+
+
 def build_manifest(
     directory: Path,
     files: list[str],
@@ -29,13 +37,16 @@ def build_manifest(
     tensor_count: int,
     parameter_count: int,
     dtype: str,
+    entries: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The manifest of ``files`` as they are on disk now (hashed from the bytes written)."""
+    """The manifest of ``files`` as written: ``entries`` holds the sha256 and size each
+    writer computed from the bytes it wrote; a file without one is hashed from disk."""
+    entries = entries or {}
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "step": step,
-        "files": {name: file_entry(directory / name) for name in files},
+        "files": {name: _entry(directory / name, entries.get(name)) for name in files},
         "tensor_count": tensor_count,
         "parameter_count": parameter_count,
         "dtype": dtype,

@@ -38,7 +38,10 @@ def _json_value(value: Any) -> Any:
 def optimizer_tensors(
     model: nn.Module, optimizer: torch.optim.Optimizer
 ) -> tuple[dict[str, Tensor], list[dict[str, Any]]]:
-    """(named state tensors on CPU, param groups with parameter names instead of tensors)."""
+    """(named state tensors on CPU, param groups with parameter names instead of tensors).
+
+    The tensors are the optimizer's own (a CPU state is not copied: the save writes from
+    their memory before the next step changes them); a GPU state is copied to the CPU."""
     names = _param_names(model)
     tensors: dict[str, Tensor] = {}
     groups: list[dict[str, Any]] = []
@@ -52,7 +55,7 @@ def optimizer_tensors(
             for key, value in optimizer.state.get(p, {}).items():
                 if not isinstance(value, Tensor):
                     raise CheckpointError(f"optimizer state {name}.{key} is not a tensor")
-                tensors[f"{name}{_SEP}{key}"] = value.detach().to("cpu").contiguous().clone()
+                tensors[f"{name}{_SEP}{key}"] = value.detach().to("cpu").contiguous()
         hyper = {k: _json_value(v) for k, v in group.items() if k != "params"}
         groups.append({**hyper, "params": params})
     return tensors, groups
@@ -71,7 +74,7 @@ def named_state_tensors(
             for key, value in states.get(name, {}).items():
                 if not isinstance(value, Tensor):
                     raise CheckpointError(f"optimizer state {name}.{key} is not a tensor")
-                tensors[f"{name}{_SEP}{key}"] = value.detach().to("cpu").contiguous().clone()
+                tensors[f"{name}{_SEP}{key}"] = value.detach().to("cpu").contiguous()
         hyper = {k: _json_value(v) for k, v in group.items() if k != "params"}
         groups.append({**hyper, "params": list(group["params"])})
     if not groups:

@@ -4,7 +4,7 @@
     save_checkpoint(..., gathered=Gathered(weights, optimizer_state))   # a sharded (FSDP) model
 
 Order (INV-TRAIN-LOOP-013): into ``step-NNNNNNNN.tmp/`` write model, optimizer, RNG and
-state, fsync each; hash them into manifest.json, fsync it; fsync the directory; rename it
+state, fsync each; their sha256 into manifest.json, fsync it; fsync the directory; rename it
 to ``step-NNNNNNNN``; fsync the parent; then point ``latest`` at it by atomic rename. A
 crash at any point leaves either no ``step-NNNNNNNN`` or a complete one; the loader never
 considers staging directories. A failed save removes its staging directory and raises
@@ -12,6 +12,11 @@ CheckpointError; existing checkpoints are untouched.
 
 A sharded (FSDP) run hands the full state its ranks gathered for rank 0 (``gathered``):
 the files are those of a single-process run (the same names, shapes and dtypes).
+
+Speed (issue 21): every file is hashed while it is written, from the chunks handed to
+``os.write`` (trainer/checkpoint/durable.py), so the manifest needs no second pass over
+the bytes; the tensor files are written straight from the weights' and AdamW state's
+memory (the optimizer state is not copied first).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from safetensors.torch import save_file
 
 from gates.files import atomic_write_text, fsync_dir, fsync_file
 from trainer.checkpoint import optimizer_state, rng
-from trainer.checkpoint.durable import write_json
+from trainer.checkpoint.durable import writable_here, write_json, write_tensors
 from trainer.checkpoint.layout import (
     CHECKPOINT_STATE_FILE,
     LATEST_POINTER,
@@ -46,7 +51,10 @@ from trainer.checkpoint.state import TrainingState
 from trainer.model import hf
 from trainer.model.llama import Llama
 
-Writer = Callable[[Path], None]
+#: Writes one file; returns its manifest entry ({"sha256", "size"}, hashed while writing),
+#: or None when the manifest must hash the file from disk.
+Writer = Callable[[Path], dict[str, Any] | None]
+METADATA = {"format": "pt"}
 
 
 @dataclass(frozen=True)
@@ -66,21 +74,44 @@ def _staging_dir(final: Path) -> Path:
     return final.with_name(final.name + STAGING_SUFFIX)
 
 
-def _write_model(model: Llama, path: Path) -> None:
-    hf.save_weights(model, path)  # refuses empty / misshapen / aliased state
+def _write_model(model: Llama, path: Path) -> dict[str, Any] | None:
+    # hf's refusals: empty / misshapen / aliased state
+    return _write_safetensors(hf.weights_to_write(model, path), path)
 
 
-def _write_gathered_model(model: Llama, path: Path, weights: dict[str, torch.Tensor]) -> None:
-    hf.save_weights(model, path, state=weights)  # the same checks, on the full state
+def _write_gathered_model(
+    model: Llama, path: Path, weights: dict[str, torch.Tensor]
+) -> dict[str, Any] | None:
+    return _write_safetensors(hf.weights_to_write(model, path, state=weights), path)
 
 
-def _write_optimizer(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    _write_safetensors(tensors, path)
+def _write_optimizer(tensors: dict[str, torch.Tensor], path: Path) -> dict[str, Any] | None:
+    return _write_safetensors(tensors, path)
 
 
-def _write_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    save_file(tensors, str(path), metadata={"format": "pt"})
+def _write_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> dict[str, Any] | None:
+    """The file safetensors.torch.save_file writes, hashed while written, then fsynced."""
+    if writable_here(tensors):
+        entry = write_tensors(path, tensors, METADATA)
+    else:  # a dtype or layout the hashing writer does not lay out: safetensors, read back
+        save_file(tensors, str(path), metadata=METADATA)
+        entry = None
     fsync_file(path)
+    return entry
+
+
+def _recorded(written: dict[str, dict[str, Any]], write: Writer) -> Writer:
+    """``write``, keeping the entry it returns for the manifest under the file's name."""
+
+    def recording(path: Path) -> dict[str, Any] | None:
+        entry = write(path)
+        if entry is None:
+            written.pop(path.name, None)
+        else:
+            written[path.name] = entry
+        return entry
+
+    return recording
 
 
 def _write_files(
@@ -142,12 +173,16 @@ def save_checkpoint(
             if gathered is None
             else (lambda p: _write_gathered_model(model, p, weights))
         )
+        written: dict[str, dict[str, Any]] = {}  # file name -> its entry, hashed as written
         writers: list[tuple[str, Writer]] = [
-            (MODEL_FILE, write_model),
-            (OPTIMIZER_FILE, lambda p: _write_optimizer(opt_tensors, p)),
-            (RNG_TENSOR_FILE, lambda p: _write_safetensors(rng_tensors, p)),
-            (RNG_JSON_FILE, lambda p: write_json(p, rng_states)),
-            (CHECKPOINT_STATE_FILE, lambda p: write_json(p, full_state.to_json())),
+            (name, _recorded(written, write))
+            for name, write in (
+                (MODEL_FILE, write_model),
+                (OPTIMIZER_FILE, lambda p: _write_optimizer(opt_tensors, p)),
+                (RNG_TENSOR_FILE, lambda p: _write_safetensors(rng_tensors, p)),
+                (RNG_JSON_FILE, lambda p: write_json(p, rng_states)),
+                (CHECKPOINT_STATE_FILE, lambda p: write_json(p, full_state.to_json())),
+            )
         ]
         _write_files(
             staging,
@@ -160,6 +195,7 @@ def save_checkpoint(
                 tensor_count=len(weights),
                 parameter_count=sum(t.numel() for t in weights.values()),
                 dtype=str(next(iter(weights.values())).dtype).removeprefix("torch."),
+                entries=written,
             ),
         )
         _publish(staging, final)

@@ -112,14 +112,16 @@ def _layout_problems(
     return problems
 
 
-def save_weights(
+def weights_to_write(
     model: Llama, path: str | Path, *, state: dict[str, torch.Tensor] | None = None
-) -> int:
-    """Write the model's tensors to ``path`` (safetensors); returns the file's size in bytes.
+) -> dict[str, torch.Tensor]:
+    """The tensors save_weights writes to ``path`` (detached, CPU, contiguous), after its
+    refusals (WeightsFileError naming ``path``): a meta model, aliased tensors, an empty
+    state dict, names or shapes other than the configured model's. Checkpoints
+    (trainer/checkpoint/save.py) write these with their own hashing writer.
 
     ``state``: the model's full state dict when ``model`` itself holds only a shard of it
     (FSDP, trainer/train/fsdp.py); None reads ``model.state_dict()``."""
-    path = Path(path)
     given = state
     state = model.state_dict() if given is None else given
     if any(t.is_meta for t in state.values()):
@@ -139,6 +141,18 @@ def save_weights(
             f"{path}: refusing to write weights that are not the configured model: "
             + "; ".join(problems)
         )
+    return tensors
+
+
+def save_weights(
+    model: Llama, path: str | Path, *, state: dict[str, torch.Tensor] | None = None
+) -> int:
+    """Write the model's tensors to ``path`` (safetensors); returns the file's size in bytes.
+
+    ``state``: the model's full state dict when ``model`` itself holds only a shard of it
+    (FSDP, trainer/train/fsdp.py); None reads ``model.state_dict()``."""
+    path = Path(path)
+    tensors = weights_to_write(model, path, state=state)
     # "pt": the metadata from_pretrained expects. replacing() creates missing parents.
     with replacing(path) as tmp:
         save_file(tensors, str(tmp), metadata={"format": "pt"})
@@ -150,21 +164,26 @@ def load_weights(
     path: str | Path,
     *,
     load: Callable[[nn.Module, dict[str, torch.Tensor]], None] | None = None,
+    tensors: dict[str, torch.Tensor] | None = None,
 ) -> None:
     """Load ``path`` into ``model`` strictly: names, shapes and dtypes must all match.
+
+    ``tensors``: the file's tensors, already read (a checkpoint load reads and verifies
+    the bytes once, trainer/checkpoint/load.py); None reads ``path``.
 
     A model built on the meta device is materialized by the load (tensors assigned).
     ``load``: how the checked full tensors get into the model when load_state_dict cannot
     put them there (an FSDP model keeps its shard of each, trainer/train/fsdp.py).
     """
     path = Path(path)
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as fh:
-            tensors = {name: fh.get_tensor(name) for name in fh.keys()}  # noqa: SIM118 - not a dict
-    except FileNotFoundError:
-        raise WeightsFileError(f"{path}: no such file") from None
-    except (SafetensorError, OSError) as exc:
-        raise WeightsFileError(f"{path}: not a readable safetensors file ({exc})") from None
+    if tensors is None:
+        try:
+            with safe_open(str(path), framework="pt", device="cpu") as fh:
+                tensors = {name: fh.get_tensor(name) for name in fh.keys()}  # noqa: SIM118 - not a dict
+        except FileNotFoundError:
+            raise WeightsFileError(f"{path}: no such file") from None
+        except (SafetensorError, OSError) as exc:
+            raise WeightsFileError(f"{path}: not a readable safetensors file ({exc})") from None
     state = model.state_dict()
     problems = _layout_problems(
         {n: tuple(t.shape) for n, t in tensors.items()},

@@ -12,6 +12,7 @@ of the run that made it.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ def _training(run_dir: Path, run_config: Any) -> dict:
     state_file = train.training_state
     end = json.loads(state_file.read_text(encoding="utf-8")) if state_file.is_file() else {}
     return {
+        **_roofline(records, run_config),
         "steps": records[-1]["step"],
         "max_steps": run_config.training.max_steps,
         "first_loss": records[0]["loss"],
@@ -44,6 +46,31 @@ def _training(run_dir: Path, run_config: Any) -> dict:
         "seconds": sum(r["step_s"] for r in records if isinstance(r["step_s"], float)),
         "status": end.get("status", "finished" if records[-1]["step"] else "unknown"),
         "reason": end.get("reason", ""),
+    }
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, float | int) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _roofline(records: list[dict], run_config: Any) -> dict:
+    """The median step's share of this CPU's measured float32 matmul peak (the records'
+    peak_fraction, trainer/plan/roofline.py), and that peak, recovered from a record as
+    model FLOP/s / peak_fraction; None for both on a run without it (CUDA, older runs)."""
+    pairs = sorted(
+        (r["peak_fraction"], r["tokens_per_s"])
+        for r in records
+        if _finite(r.get("peak_fraction")) and r["peak_fraction"] > 0 and _finite(r["tokens_per_s"])
+    )
+    if not pairs:
+        return {"median_peak_fraction": None, "matmul_peak_flops": None}
+    from trainer.plan.flops import flops_per_token  # noqa: PLC0415 - torch: only here
+
+    fraction, tokens_per_s = pairs[len(pairs) // 2]
+    per_token = flops_per_token(run_config.model, run_config.data.seq_len)
+    return {
+        "median_peak_fraction": fraction,
+        "matmul_peak_flops": tokens_per_s * per_token / fraction,
     }
 
 
@@ -183,11 +210,9 @@ def render_summary(s: dict) -> str:
         if tr["last_val_loss"] is not None
         else ""
     )
-    speed = tr["median_tokens_per_s"]
     lines.append(
         f"  training    {tr['steps']} of {tr['max_steps']} steps ({tr['status']}), loss "
-        f"{tr['first_loss']:.3f} -> {tr['last_loss']:.3f}{val}"
-        + (f"; {speed:,.0f} tokens/s median" if speed else "")
+        f"{tr['first_loss']:.3f} -> {tr['last_loss']:.3f}{val}{_speed(tr)}"
     )
     run = s["run"]
     if run["store"] is not None:
@@ -216,6 +241,25 @@ def render_summary(s: dict) -> str:
         lines.append(f"  report      {s['report']}  (gates, evidence and audit in a browser)")
     lines.extend(render_gate_table(s["gates"]))
     return "\n".join(lines)
+
+
+def _speed(tr: dict) -> str:
+    """The training line's speed, e.g. "; 13,028 tokens/s median, 26 % of this CPU's
+    measured float32 matmul peak (190 GFLOP/s)"; the peak part only for a run whose
+    records carry peak_fraction (a CPU run)."""
+    speed = tr["median_tokens_per_s"]
+    if not speed:
+        return ""
+    text = f"; {speed:,.0f} tokens/s median"
+    fraction, peak = tr.get("median_peak_fraction"), tr.get("matmul_peak_flops")
+    if fraction is not None and peak is not None:
+        from trainer.plan.roofline import percent  # noqa: PLC0415
+
+        text += (
+            f", {percent(fraction)} of this CPU's measured float32 matmul peak "
+            f"({peak / 1e9:,.0f} GFLOP/s)"
+        )
+    return text
 
 
 def render_gate_table(rows: list[dict]) -> list[str]:

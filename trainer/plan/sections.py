@@ -451,6 +451,7 @@ def time_section(
                 hint="plan on a machine with more memory, or --no-timing",
             )
             return section
+    load = timing.machine_load() if device == "cpu" else None
     estimate = timing.measure(
         cfg.model,
         micro_batch=cfg.data.micro_batch,
@@ -467,6 +468,7 @@ def time_section(
         # A CPU plan with bf16/fp16 has already failed in the memory section.
         precision=t.mixed_precision if device == "cuda" else "fp32",
     )
+    noise = estimate.too_noisy or timing.busy_verdict(load)
     run_seconds = estimate.run_seconds or 0.0
     section.values = {
         "device": estimate.device,
@@ -486,8 +488,24 @@ def time_section(
         "run_seconds": run_seconds,
         "run_hours": run_seconds / 3600,
         "budget_hours": budget_hours,
+        "cell_passes": {k: p.as_dict() for k, p in estimate.cell_passes.items()},
+        "too_noisy": noise is not None,
+        "load_average": None if load is None else load[0],
     }
     section.details = estimate.basis()
+    if noise is not None:
+        # No made-up number: the fitted times stay out of the values and the text.
+        for key in ("micro_batch_seconds", "optimizer_seconds", "step_seconds", "run_seconds"):
+            section.values[key] = None
+        section.values["run_hours"] = None
+        section.values["noise"] = noise
+        unchecked = "; the --time-budget was not checked" if budget_hours is not None else ""
+        section.warning(
+            noise + unchecked,
+            hint="run `trainer plan` again when the machine is quieter (other processes slow "
+            "the timed passes down), or --no-timing",
+        )
+        return section
     section.details += [
         f"per micro-batch {_duration(estimate.micro_batch_seconds)}; per optimizer step "
         f"{t.gradient_accumulation} x micro-batch + AdamW {_duration(estimate.optimizer_seconds)}"
@@ -496,6 +514,7 @@ def time_section(
         f"{_duration(estimate.step_seconds)} = {_duration(run_seconds)} (evaluation, checkpoints "
         "and data loading not included)",
     ]
+    _roofline(section, cfg, estimate, device)
     field = "training.max_steps"
     limit = budget_hours if budget_hours is not None else DEFAULT_TIME_WARN_HOURS
     if run_seconds > limit * 3600:
@@ -509,6 +528,55 @@ def time_section(
         else:
             section.warning(message, field, _line(cfg, field), hint)
     return section
+
+
+def _roofline(
+    section: Section, cfg: RunConfig, estimate: timing.TimingEstimate, device: str
+) -> None:
+    """The estimated step's model FLOP/s (flops.py's 6N + 12LHT per token, as
+    the run's metrics count it) against a peak: this CPU's measured float32 matmul peak
+    (roofline.py), or on CUDA the datasheet bf16 peak when the device is
+    known (MFU). Values ``model_flops_per_second`` and ``peak_fraction`` or ``mfu``."""
+    import torch  # noqa: PLC0415 - the measurement has imported it already
+
+    from trainer.plan import flops, roofline  # noqa: PLC0415 - torch: only here
+
+    d, t = cfg.data, cfg.training
+    tokens = d.micro_batch * d.seq_len * t.gradient_accumulation
+    rate = flops.flops_per_token(cfg.model, d.seq_len) * tokens / estimate.step_seconds
+    section.values["model_flops_per_second"] = rate
+    per_step = (
+        f"roofline: the estimated step runs {rate / 1e9:,.1f} GFLOP/s of model FLOPs "
+        "(6N + 12LHT per token)"
+    )
+    if device == "cpu":
+        peak = roofline.matmul_peak()
+        fraction = roofline.peak_fraction(rate, peak.flops_per_second)
+        section.values["matmul_peak_flops"] = peak.flops_per_second
+        section.values["peak_fraction"] = fraction
+        if fraction is not None:
+            section.details.append(
+                f"{per_step}, {roofline.percent(fraction)} of this CPU's measured float32 matmul "
+                f"peak ({peak}: torch.mm {peak.size} x {peak.size}, "
+                f"{peak.key.get('torch_threads')} threads" + (", cached)" if peak.cached else ")")
+            )
+            if fraction > 1:
+                section.details.append(
+                    "  above the measured peak: the peak was measured while the machine was "
+                    f"busy; delete {roofline.cache_path()} to measure it again"
+                )
+        return
+    name = torch.cuda.get_device_name(0)
+    peak = flops.peak_flops(torch.device("cuda"))
+    section.values["datasheet_peak_flops"] = peak
+    section.values["mfu"] = None if peak is None else rate / peak
+    if peak is None:
+        section.details.append(f"{per_step}; no datasheet peak known for {name}: no MFU")
+    else:
+        section.details.append(
+            f"{per_step}, MFU {roofline.percent(rate / peak)} of the {name}'s datasheet dense bf16 "
+            f"peak ({peak / 1e12:,.0f} TFLOP/s)"
+        )
 
 
 # ---------------------------------------------------------------- the plan

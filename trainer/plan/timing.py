@@ -18,15 +18,32 @@ fixed costs. The configured step is then c0 + L c1 + F(L, B x T) / R per micro-b
 times gradient_accumulation, plus one AdamW update, timed on the 2-layer model's layer
 parameters and scaled to P. Evaluation, checkpoints and data loading are not included.
 
-The measured shape is chosen by a FLOP budget, and the passes per cell (3, down to 1)
+The measured shape is chosen by a FLOP budget, and the passes per cell (3, down to 2)
 by how long the warm-up pass took, so that the measurement stays within a few seconds
 on 2 CPU cores, the 370M width included; the output says which shapes were measured,
 how many passes, and how they were scaled.
+
+Noise. Other processes on the machine only ever slow a pass down, and one slow pass
+must not become the estimate (a single 1.5 s pass where a quiet machine takes 42 ms once
+made a 2-minute run "68.9 min"). So every cell (A, B, C and the AdamW update) reports the
+fastest, median and slowest of its passes; while its passes disagree (the slowest more
+than SPREAD_TARGET above the fastest) another pass is timed, up to MAX_PASSES or
+CELL_SECONDS per cell; the cell's time is the median pass, which a minority of slow
+passes does not move. When even the median stays more than NOISY_SPREAD above the
+fastest pass in some cell, or the cells come out in an order the work contradicts (B, two
+layers, or C, four times the tokens, faster than A: each cell slowed by a different
+amount), the machine is too noisy for a number: the estimate says so
+(``TimingEstimate.too_noisy``) and `trainer plan` prints that, the passes' range
+included, instead of a run time. Passes that other processes slow down alike agree
+with each other and cannot be told from slow ones: `trainer plan` gives no number either
+when the 1-minute load average exceeds the logical CPU count as timing starts
+(busy_verdict).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -42,10 +59,27 @@ if TYPE_CHECKING:  # torch is imported only when a measurement runs
 
 #: FLOPs of the largest timed pass (cell C); about 0.1-0.3 s on 2 CPU cores.
 PASS_FLOP_BUDGET = 8e9
-#: Timed passes per cell, at most; fewer (down to 1) when the warm-up pass shows that
-#: three per cell would take longer than MEASURE_SECONDS (a slow or busy machine).
+#: Timed passes per cell to start with; fewer (down to MIN_PASSES) when the warm-up pass
+#: shows that three per cell would take longer than MEASURE_SECONDS (a slow or busy
+#: machine). More follow while they disagree (time_passes).
 TIMED_PASSES = 3
+MIN_PASSES = 2
 MEASURE_SECONDS = 4.0
+#: Passes disagree when the slowest is more than this fraction above the fastest: then
+#: another is timed, up to MAX_PASSES, and no more once the cell took CELL_SECONDS.
+SPREAD_TARGET = 0.2
+MAX_PASSES = 9
+CELL_SECONDS = 3.0
+#: A cell whose median pass is still more than this fraction above its fastest one,
+#: after the extra passes, makes the machine too noisy for an estimate; unless that is
+#: less than NOISE_FLOOR_SECONDS in absolute terms (a sub-millisecond AdamW update's
+#: scheduler jitter says nothing about the run).
+NOISY_SPREAD = 0.5
+NOISE_FLOOR_SECONDS = 0.002
+#: A 1-minute load average above this many runnable processes per logical CPU, when the
+#: measurement starts, means other processes compete for the CPUs: passes slowed alike
+#: agree with each other, so `trainer plan` gives no number (busy_verdict).
+BUSY_LOAD_PER_CPU = 1.0
 #: Every weight of the timed model; small enough that nothing overflows in 2 layers.
 FILL_VALUE = 0.01
 #: The large cell has this many times the small cell's tokens.
@@ -121,12 +155,154 @@ def measurement_bytes(cfg: LlamaConfig, batch: int, seq_len: int) -> int:
     )
 
 
+def machine_load() -> tuple[float, int] | None:
+    """(the 1-minute load average, logical CPUs), or None where the OS keeps none."""
+    try:
+        return os.getloadavg()[0], os.cpu_count() or 1
+    except (OSError, AttributeError):
+        return None
+
+
+def busy_verdict(load: tuple[float, int] | None) -> str | None:
+    """Why the machine is too busy for an estimate, or None (see BUSY_LOAD_PER_CPU)."""
+    if load is None or load[0] <= BUSY_LOAD_PER_CPU * load[1]:
+        return None
+    return (
+        f"the machine is too busy for an estimate: the 1-minute load average was "
+        f"{load[0]:.1f} on {load[1]} logical CPUs when timing started (other processes "
+        "compete for them, and passes they slow alike agree with each other)"
+    )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms" if seconds < 0.1 else f"{seconds * 1e3:.0f} ms"
+    return f"{seconds:.1f} s"
+
+
+@dataclass(frozen=True)
+class Passes:
+    """The timed passes of one cell, in seconds, in the order they ran."""
+
+    seconds: tuple[float, ...]
+
+    @property
+    def fastest(self) -> float:
+        return min(self.seconds)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def slowest(self) -> float:
+        return max(self.seconds)
+
+    @property
+    def spread(self) -> float:
+        """How far the slowest pass is above the fastest, relative: (max - min) / min."""
+        return self.slowest / self.fastest - 1 if self.fastest > 0 else float("inf")
+
+    @property
+    def median_spread(self) -> float:
+        """How far the median pass is above the fastest, relative: a few slow passes do
+        not move it; a machine whose every other pass is slowed does."""
+        return self.median / self.fastest - 1 if self.fastest > 0 else float("inf")
+
+    @property
+    def disagree(self) -> bool:
+        return self.spread > SPREAD_TARGET
+
+    @property
+    def noisy(self) -> bool:
+        return (
+            self.median_spread > NOISY_SPREAD and self.median - self.fastest > NOISE_FLOOR_SECONDS
+        )
+
+    def __str__(self) -> str:
+        if len(self.seconds) == 1:
+            return f"{_duration(self.fastest)} (1 pass)"
+        return (
+            f"{_duration(self.fastest)} / {_duration(self.median)} / "
+            f"{_duration(self.slowest)} min/median/max of {len(self.seconds)}"
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "seconds": list(self.seconds),
+            "min": self.fastest,
+            "median": self.median,
+            "max": self.slowest,
+            "spread": self.spread,
+        }
+
+
+def time_passes(
+    run: Callable[[], None],
+    passes: int,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+    max_passes: int = MAX_PASSES,
+    seconds_limit: float = CELL_SECONDS,
+) -> Passes:
+    """Time ``passes`` calls of ``run``, then more while they disagree (Passes.disagree),
+    until ``max_passes`` or until the cell's passes took ``seconds_limit`` in all."""
+    times: list[float] = []
+
+    def once() -> None:
+        start = clock()
+        run()
+        times.append(clock() - start)
+
+    for _ in range(max(1, passes)):
+        once()
+    while len(times) < max_passes and Passes(tuple(times)).disagree and sum(times) < seconds_limit:
+        once()
+    return Passes(tuple(times))
+
+
+def noise_verdict(cells: dict[str, Passes]) -> str | None:
+    """None when every cell's passes agree well enough for an estimate; else why not,
+    naming the noisiest cell and the range of its passes."""
+    noisy = {name: p for name, p in cells.items() if p.noisy}
+    if not noisy:
+        return None
+    name, worst = max(noisy.items(), key=lambda item: item[1].median_spread)
+    return (
+        f"the machine is too noisy for an estimate: passes ranged "
+        f"{_duration(worst.fastest)}..{_duration(worst.slowest)} (cell {name}: median "
+        f"{_duration(worst.median)}, {worst.median_spread * 100:.0f} % above the fastest, "
+        f"after {len(worst.seconds)} passes)"
+    )
+
+
+#: Cells that must take longer than another: (slower, faster, why).
+CELL_ORDER = (("B", "A", "2 layers instead of 1"), ("C", "A", f"{SHAPE_RATIO}x the tokens"))
+
+
+def order_verdict(seconds: dict[str, float]) -> str | None:
+    """None when the cells' medians are in the order the work says (B and C each take
+    longer than A, within SPREAD_TARGET); else why the machine is too noisy for a number:
+    passes that agree within a cell but are slowed by different amounts from cell to
+    cell (a loaded machine's thread contention) make a fit that means nothing."""
+    for slower, faster, why in CELL_ORDER:
+        if {slower, faster} <= seconds.keys() and (
+            seconds[slower] * (1 + SPREAD_TARGET) < seconds[faster]
+        ):
+            return (
+                f"the machine is too noisy for an estimate: cell {slower} ({why}) took "
+                f"{_duration(seconds[slower])}, less than cell {faster}'s "
+                f"{_duration(seconds[faster])}"
+            )
+    return None
+
+
 @dataclass(frozen=True)
 class TimingEstimate:
     device: str
     precision: str
     threads: int
-    passes: int  # timed passes per cell
+    passes: int  # timed passes per cell to start with (more where they disagreed)
     small: Shape
     large: Shape
     seconds: dict[str, float]  # median seconds of cells A, B, C
@@ -138,31 +314,32 @@ class TimingEstimate:
     step_seconds: float
     run_seconds: float | None  # None without a step count
     notes: tuple[str, ...]
+    #: Every cell's passes: A, B, C and AdamW (the update).
+    cell_passes: dict[str, Passes] = dataclasses.field(default_factory=dict)
+
+    @property
+    def too_noisy(self) -> str | None:
+        """Why the numbers above are not an estimate (noise_verdict, order_verdict), or
+        None."""
+        return noise_verdict(self.cell_passes) or order_verdict(self.seconds)
 
     def basis(self) -> list[str]:
         a, b, c = (self.seconds[k] for k in "ABC")
         lines = [
             f"measured on {self.device} ({self.threads} threads, {self.precision}): "
             "forward+backward of the config's "
-            f"width with 1 and 2 layers, median of {self.passes} passes each after one warm-up "
-            "pass",
+            f"width with 1 and 2 layers, median of {self.passes} or more passes each (more "
+            "while they disagree) after one warm-up pass",
             f"  A 1 layer  @ {self.small}: {a * 1e3:.1f} ms   B 2 layers @ {self.small}: "
             f"{b * 1e3:.1f} ms   C 1 layer @ {self.large}: {c * 1e3:.1f} ms",
             f"  fit t = c0 + layers x c1 + FLOPs / R: c0 = {self.fixed_seconds * 1e3:.1f} ms, "
             f"c1 = {self.layer_fixed_seconds * 1e3:.2f} ms, R = {self.flops_per_second / 1e9:.1f} "
             "GFLOP/s",
         ]
+        if self.cell_passes:
+            lines.append("  passes: " + "; ".join(f"{k} {p}" for k, p in self.cell_passes.items()))
         lines.extend(f"  {note}" for note in self.notes)
         return lines
-
-
-def _median_seconds(run: Callable[[], None], passes: int) -> float:
-    times = []
-    for _ in range(passes):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def fit(
@@ -207,8 +384,9 @@ def _timing_model(cfg: LlamaConfig, device: str) -> Llama:
 
 def _time_cells(
     model: Llama, small: Shape, large: Shape, device: str, precision: str
-) -> tuple[dict[str, float], int]:
-    """({A, B, C: median seconds}, passes per cell) of forward + cross-entropy + backward."""
+) -> tuple[dict[str, Passes], int]:
+    """({A, B, C: their passes}, passes per cell to start with) of forward + cross-entropy
+    + backward."""
     import torch  # noqa: PLC0415
     import torch.nn.functional as F  # noqa: N812, PLC0415
 
@@ -237,20 +415,20 @@ def _time_cells(
         start = time.perf_counter()
         pass_at(large)()
         warmup = time.perf_counter() - start
-        passes = max(1, min(TIMED_PASSES, int(MEASURE_SECONDS / (3 * warmup))))
+        passes = max(MIN_PASSES, min(TIMED_PASSES, int(MEASURE_SECONDS / (3 * warmup))))
         stack.layers = all_layers[:1]  # the same model, one layer deep
-        seconds = {"A": _median_seconds(pass_at(small), passes)}
-        seconds["C"] = _median_seconds(pass_at(large), passes)
+        cells = {"A": time_passes(pass_at(small), passes)}
+        cells["C"] = time_passes(pass_at(large), passes)
         stack.layers = all_layers
-        seconds["B"] = _median_seconds(pass_at(small), passes)
+        cells["B"] = time_passes(pass_at(small), passes)
     finally:
         stack.layers = all_layers
-    return seconds, passes
+    return {k: cells[k] for k in "ABC"}, passes
 
 
-def _time_adamw(model: Llama, optimizer: dict, passes: int, device: str) -> tuple[float, int]:
-    """(median seconds per parameter of one AdamW step, parameters timed), on the layers'
-    parameters (the embedding tables would make the measurement as slow as the model)."""
+def _time_adamw(model: Llama, optimizer: dict, passes: int, device: str) -> tuple[Passes, int]:
+    """(the passes of one AdamW step, parameters timed), on the layers' parameters (the
+    embedding tables would make the measurement as slow as the model)."""
     import torch  # noqa: PLC0415
 
     params = [p for p in model.model.layers.parameters() if p.grad is not None]
@@ -263,7 +441,7 @@ def _time_adamw(model: Llama, optimizer: dict, passes: int, device: str) -> tupl
             torch.cuda.synchronize()
 
     count = sum(p.numel() for p in params)
-    return _median_seconds(update, passes) / count, count
+    return time_passes(update, passes), count
 
 
 def measure(
@@ -284,9 +462,11 @@ def measure(
 
     small, large = measured_shapes(cfg, micro_batch, seq_len)
     model = _timing_model(cfg, device)
-    seconds, passes = _time_cells(model, small, large, device, precision)
-    per_param, timed_params = _time_adamw(model, optimizer, passes, device)
-    optimizer_seconds = per_param * param_count(cfg)
+    cells, passes = _time_cells(model, small, large, device, precision)
+    seconds = {k: p.median for k, p in cells.items()}
+    update, timed_params = _time_adamw(model, optimizer, passes, device)
+    cells["AdamW"] = update
+    optimizer_seconds = update.median / timed_params * param_count(cfg)
 
     c0, c1, rate, notes = fit(cfg, small, large, seconds)
     full = Shape(micro_batch, seq_len)
@@ -318,4 +498,5 @@ def measure(
         step_seconds=step,
         run_seconds=None if steps is None else step * steps,
         notes=tuple(notes),
+        cell_passes=cells,
     )

@@ -14,7 +14,8 @@
 - distributed.py, fsdp.py: data parallelism under torchrun (ddp, fsdp).
 - metrics.py: MetricsWriter, a step's record fanned out to the sinks of sinks.py (the
   files, the progress line) and to the run store (trainer/store/recorder.py).
-- flops.py: FLOPs per token and the device's peak (MFU).
+- flops.py: FLOPs per token and the device's peak (MFU), re-exported from
+  trainer/plan/flops.py; a CPU's measured matmul peak is trainer/plan/roofline.py's.
 - manifest.py: the run manifest, run_manifest.json. Every file's name and format is
   trainer/runfiles/'s, torch-free.
 - apply.py: a config's checks, then its run (apply_config: `trainer apply`, the pipeline).

@@ -153,12 +153,17 @@ class Checkpointer:
 
 
 def _resolve(
-    spec: str | Path, directory: Path, model: Llama
-) -> tuple[Path, list[tuple[Path, str]]]:
-    """(the checkpoint ``spec`` names, the newer ones ``latest`` skipped and why)."""
+    spec: str | Path, directory: Path, model: Llama, *, keep: bool = False
+) -> tuple[Path, list[tuple[Path, str]], load.Inspection | None]:
+    """(the checkpoint ``spec`` names, the newer ones ``latest`` skipped and why, the
+    verification that chose it - holding the files a load reads, mapped, when ``keep`` - or None
+    when ``spec`` is a path: not verified yet)."""
     if str(spec) != "latest":
-        return Path(spec), []
-    chosen, skipped = load.latest_valid(directory, architecture=model.config)
+        return Path(spec), [], None
+    if keep:
+        chosen, verified, skipped = load.latest_verified(directory, architecture=model.config)
+    else:
+        (chosen, skipped), verified = load.latest_valid(directory, architecture=model.config), None
     for path, why in skipped:
         log.warning("skipping checkpoint %s: %s", path, why)
     if chosen is None:
@@ -166,7 +171,7 @@ def _resolve(
     pointer = directory / LATEST_POINTER
     if skipped or not pointer.is_file() or pointer.read_text().strip() != chosen.name:
         log.info("resuming from %s", chosen)
-    return chosen, skipped
+    return chosen, skipped, verified
 
 
 def resolve_checkpoint(spec: str | Path, directory: Path, model: Llama) -> Path:
@@ -237,12 +242,18 @@ def resume(
     ``state``: state.json's parts in registry order (the identity first: another run's
     checkpoint is refused before anything is loaded), then the weights and AdamW state,
     then this rank's generators. CheckpointError when the checkpoint does not fit. Rank 0
-    then quarantines the newer checkpoints ``latest`` skipped (quarantine)."""
+    then quarantines the newer checkpoints ``latest`` skipped (quarantine).
+
+    The checkpoint is verified once (sizes, sha256, contents): the verification that
+    chose it (``latest``) or, for a path, one before state.json is read; the load builds
+    its tensors over the files that verification hashed (trainer/checkpoint/load.py)."""
     if directory is None:
         raise CheckpointError("resume_from needs a run directory (where its checkpoints are)")
-    path, skipped = _resolve(spec, directory, state.model)
+    path, skipped, verified = _resolve(spec, directory, state.model, keep=True)
     try:
-        components.load_state_json(state, load.read_state(path))  # verified first
+        if verified is None:
+            verified = load.verify_for_load(path)  # the architecture: load_checkpoint's
+        components.load_state_json(state, load.read_state(path, verified=verified))
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
     load.load_checkpoint(
@@ -251,6 +262,7 @@ def resume(
         state.optimizer,
         restore_random=False,
         loaders=fsdp.LOADERS if fsdp.is_sharded(state.model) else None,
+        verified=verified,
     )
     tensors, states = load.read_rng(path)
     try:

@@ -87,9 +87,10 @@ import logging
 import random
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -118,6 +119,18 @@ from trainer.train.sequences import DataExhaustedError, SequenceSource, epoch_or
 from trainer.train.steps import StepPlan, iterate_steps
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+
+def _compile_errors() -> tuple[type[BaseException], ...]:
+    """What a failed torch.compile raises at its first call: Dynamo and Inductor wrap theirs
+    in TorchDynamoException subclasses; a C++ build error of the lazily compiled backward
+    can surface as Inductor's CppCompileError itself. Imported only when one is raised
+    (importing torch._dynamo takes seconds)."""
+    from torch._dynamo.exc import TorchDynamoException  # noqa: PLC0415 - see above
+    from torch._inductor.exc import CppCompileError  # noqa: PLC0415
+
+    return (TorchDynamoException, CppCompileError)
 
 
 @dataclass
@@ -400,6 +413,26 @@ class _Run:
     checkpointer: checkpointing.Checkpointer | None = None
     world: distributed.World = distributed.SINGLE
     stop: checkpointing.StopSignals | None = None
+    # With compile: the forward before torch.compile (evaluation, and the fallback).
+    eager: nn.Module | None = None
+
+    def compiled_or_eager(self, train_step: Callable[[nn.Module], _T]) -> _T:
+        """``train_step(self.forward)``; when that is torch.compile's forward and compiling
+        fails (no C++ compiler, an unsupported op: the first step's forward or backward),
+        one warning, then this step again and the rest of the run eager. Safe to repeat:
+        _train_step zeroes the gradients first and the optimizer had not stepped."""
+        if self.eager is None or self.forward is self.eager:
+            return train_step(self.forward)
+        try:
+            return train_step(self.forward)
+        except _compile_errors() as exc:
+            log.warning(
+                "torch.compile failed (%s: %s); training on without it (eager)",
+                type(exc).__name__,
+                str(exc).splitlines()[0] if str(exc) else "",
+            )
+            self.forward = self.eager
+            return train_step(self.forward)
 
     def step(self, plan: StepPlan) -> dict:
         adamw = self.config.optimizer
@@ -416,15 +449,17 @@ class _Run:
             max_steps=self.config.training.max_steps,
             min_lr=adamw.min_lr,
         )
-        step_loss, grad_norm, tokens = _train_step(
-            self.forward,
-            self.state.optimizer,
-            micro_batches,
-            step=plan.step,
-            lr=lr,
-            grad_clip=adamw.grad_clip,
-            autocast=self.autocast,
-            hooks=self.hooks,
+        step_loss, grad_norm, tokens = self.compiled_or_eager(
+            lambda forward: _train_step(
+                forward,
+                self.state.optimizer,
+                micro_batches,
+                step=plan.step,
+                lr=lr,
+                grad_clip=adamw.grad_clip,
+                autocast=self.autocast,
+                hooks=self.hooks,
+            )
         )
         if self.device.type == "cuda":
             torch.cuda.synchronize()  # honest step times
@@ -443,7 +478,9 @@ class _Run:
 
     def evaluate(self, step: int, record: dict) -> None:
         """Validation loss, then the guards: divergence, then early stopping."""
-        val_loss, _ = loss.evaluate_loss(self.forward, self.val_batches, autocast=self.autocast)
+        # Eager: a compiled forward would compile a second (no_grad) graph for a few batches.
+        forward = self.forward if self.eager is None else self.eager
+        val_loss, _ = loss.evaluate_loss(forward, self.val_batches, autocast=self.autocast)
         self.state.metrics.add(step, val_loss)
         record["val_loss"] = val_loss
         self.hooks.evaluation(step, self.val_batches, val_loss)
@@ -666,6 +703,7 @@ def _start(
         write_run_manifest(config, options, Path(out_dir), seed=seed, device=device, world=world)
     # DDP after the resume (every rank holds the checkpoint's weights), compile after DDP.
     forward = distributed.wrap_data_parallel(model, world, device)
+    compiled = torch.compile(forward) if options.compile or training.compile else None
     writer = metrics.MetricsWriter(out_dir, config.model, data.seq_len, device)
     if checkpointer is not None:
         checkpointer.on_saved = writer.checkpoint  # runs.db lists the saved checkpoints
@@ -674,7 +712,8 @@ def _start(
         last_step=last_step,
         train_data=train_data,
         val_batches=val_batches,
-        forward=torch.compile(forward) if options.compile or training.compile else forward,
+        forward=forward if compiled is None else compiled,
+        eager=None if compiled is None else forward,
         state=state,
         device=device,
         autocast=_autocast_dtype(config),

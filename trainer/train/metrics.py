@@ -9,7 +9,11 @@
     writer.close()
 
 A record: step, epoch, loss, lr, grad_norm, tokens, tokens_per_s, step_s, and mfu on CUDA
-only (trainer/train/flops.py: a CPU has no meaningful peak to divide by). The writer
+(model FLOP/s over the datasheet bf16 peak, flops.py), or peak_fraction on
+the CPU (model FLOP/s over this machine's measured float32 matmul peak,
+trainer/plan/roofline.py: measured once when the writer is made, before the first
+timed step, and cached per machine; only where the records are kept, ``out_dir`` given,
+unless ``matmul_peak`` is passed). The writer
 feeds it to three sinks, in this order, each its own object:
 
 - ``files`` (sinks.JsonlSink): ``metrics.jsonl``, one line per step, and
@@ -42,6 +46,8 @@ import torch
 
 from trainer import terminal
 from trainer.model.config import LlamaConfig
+from trainer.plan.roofline import matmul_peak as measured_matmul_peak
+from trainer.plan.roofline import peak_fraction
 from trainer.runfiles.json_file import atomic_write_json  # noqa: F401 - re-exported
 from trainer.runfiles.metrics_file import (  # noqa: F401 - re-exported
     MetricsFileError,
@@ -78,10 +84,20 @@ class MetricsWriter:
         device: torch.device,
         *,
         progress: ProgressLine | Literal["terminal"] | None = TERMINAL,
+        matmul_peak: float | Literal["measure"] | None = "measure",
     ) -> None:
         self.out_dir = None if out_dir is None else Path(out_dir)
         self.flops_per_token = flops_per_token(cfg, seq_len)
         self.peak = peak_flops(device)
+        #: The CPU's measured float32 matmul FLOP/s (roofline.py), the denominator of
+        #: peak_fraction; None on CUDA, or where nothing keeps the records.
+        self.matmul_peak: float | None = None
+        if device.type == "cpu":
+            if matmul_peak == "measure":
+                if self.out_dir is not None:  # once, before the first timed step
+                    self.matmul_peak = measured_matmul_peak().flops_per_second
+            else:
+                self.matmul_peak = matmul_peak
         self.files: JsonlSink | None = None
         self.recorder: RunRecorder | None = None
         if self.out_dir is not None:
@@ -116,6 +132,9 @@ class MetricsWriter:
         }
         if self.peak is not None:
             record["mfu"] = tokens_per_s * self.flops_per_token / self.peak
+        fraction = peak_fraction(tokens_per_s * self.flops_per_token, self.matmul_peak)
+        if fraction is not None:
+            record["peak_fraction"] = fraction
         return record
 
     def write(self, record: dict, *, max_steps: int, log_interval: int = 1) -> None:

@@ -6,9 +6,11 @@ test_gates_crash.py): each operation first runs once in a forked child that reco
 call that changes the disk - a create, write, fsync, chmod, mkdir, rename, replace, unlink,
 rmdir or sendfile - and BOUNDARIES counts them. Then, for every k from 0 (killed as the
 operation begins) to the last boundary, a fresh copy of the start is put through the
-operation in a child that SIGKILLs itself right after boundary k. safetensors writes its
-files from Rust, out of the hooks' sight: in the children the same bytes go through
-``os`` (create, first half, rest), so a kill also lands on an empty and a torn tensor file.
+operation in a child that SIGKILLs itself right after boundary k. A checkpoint's tensor
+files are written through ``os`` (trainer/checkpoint/durable.py: create, the header, then
+the tensors' bytes), so a kill lands on an empty and a torn tensor file; safetensors'
+``save_file`` (the export's weights) writes from Rust, out of the hooks' sight: in the
+children the same bytes go through ``os`` (create, first half, rest) for the same reason.
 
 - save (``save_checkpoint`` of step 15 beside steps 5 and 10): every step-NNNNNNNN
   directory is a complete checkpoint; the valid set is {5, 10} or {5, 10, 15};
@@ -32,7 +34,7 @@ power loss, unlike a kill, would show). Seeded defects - a save written in place
 prune deleting in place, an export writing into --out, a save that skips an fsync - must
 make the checks fail (the positive controls below).
 
-The four full enumerations (87 crash points) are marked slow (about 25 s together on two
+The four full enumerations (83 crash points) are marked slow (about 25 s together on two
 cores); the fast slice kills each operation at the boundaries around its commit point.
 
 Run: .venv/bin/pytest tests/unit/trainer/test_checkpoint_crash_points.py  (-m "not slow")
@@ -71,7 +73,7 @@ from trainer.model import hf
 
 #: Disk-changing calls of each operation, as the README states them: a change to an
 #: operation's write sequence changes these, and the README with them.
-BOUNDARIES = {"save": 35, "prune": 17, "export": 15, "export into an empty --out": 16}
+BOUNDARIES = {"save": 31, "prune": 17, "export": 15, "export into an empty --out": 16}
 #: What a crash may leave beside the checkpoints, never listed by a loader: a save's staging
 #: directory, a prune's renamed victim, the ``latest`` pointer's temp file.
 LEFTOVER = re.compile(r"^(step-\d{8}\.(tmp|deleting)|\.latest\.[^/]+\.tmp)$")

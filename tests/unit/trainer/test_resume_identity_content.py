@@ -26,8 +26,8 @@ def test_another_content_under_another_name_has_another_identity(tmp_path):
     first, other = tmp_path / "run.yaml", tmp_path / "other.yaml"
     shutil.copyfile(CONFIG, first)
     text = CONFIG.read_text(encoding="utf-8")
-    assert "  warmup_steps: 60" in text
-    other.write_text(text.replace("  warmup_steps: 60", "  warmup_steps: 50", 1), "utf-8")
+    assert "  warmup_steps: 110" in text
+    other.write_text(text.replace("  warmup_steps: 110", "  warmup_steps: 100", 1), "utf-8")
     a, b = load_config(first), load_config(other)
     assert a.training.warmup_steps != b.training.warmup_steps
     assert run_identity(a)[0] != run_identity(b)[0], "the hash is blind to the content"

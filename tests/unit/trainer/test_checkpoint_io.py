@@ -1,0 +1,189 @@
+"""Checkpoint I/O in one pass (issue 21): a save hashes each file from the bytes it writes,
+a load hashes the bytes it loads from, and a resume verifies its checkpoint once.
+
+- The hashing writer (trainer/checkpoint/durable.py) writes the very bytes
+  safetensors.torch.save_file writes, for every dtype it lays out, in chunks small enough
+  to slice tensors and to hash on the second thread; its digest and size are those of the
+  file on disk.
+- save_checkpoint's manifest records those digests without reading any file back, and the
+  AdamW state is written from the optimizer's own tensors (no copy first).
+- load_checkpoint reads and hashes each file once and builds the weights and AdamW state
+  over the very files it verified (mapped from the descriptors it read): a file renamed
+  over one of them after the verification is not loaded.
+- A resume from ``latest`` or from a path reads each of the checkpoint's files once.
+
+Durability (fsync after the last write, before any rename) and the crash points are
+tests/unit/trainer/test_checkpoint_crash_points.py's.
+
+    .venv/bin/pytest -q tests/unit/trainer/test_checkpoint_io.py
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from tests.unit.trainer.checkpoint_support import fresh, save, trained
+from tests.unit.trainer.loop_support import tiny_config
+from trainer.checkpoint import durable, load, manifest, optimizer_state, verify
+from trainer.checkpoint.layout import DATA_FILES, MANIFEST_FILE, MODEL_FILE, OPTIMIZER_FILE
+from trainer.model.llama import build_model
+from trainer.train import checkpointing, components, guards, loss, optim
+
+
+def _mixed() -> dict[str, torch.Tensor]:
+    """One tensor of every dtype the writer lays out, a scalar, an empty one, a non-ASCII
+    name and one larger than a chunk: the layout cases of safetensors' own writer."""
+    g = torch.Generator().manual_seed(3)
+    tensors = {
+        f"t.{dtype}".replace("torch.", ""): (torch.randint(0, 100, (3, 5), generator=g)).to(dtype)
+        for dtype in durable.DTYPE_NAMES
+    }
+    tensors |= {
+        "scalar": torch.tensor(2.5),
+        "empty": torch.zeros(0, 4),
+        "größe": torch.randn(7, generator=g),
+        "big": torch.randn(50_000, generator=g),
+        "a.small": torch.randn(3, generator=g, dtype=torch.float64),
+    }
+    return tensors
+
+
+@pytest.mark.parametrize("threaded", [True, False])
+def test_the_hashing_writer_writes_save_file_s_bytes_and_hashes_exactly_them(
+    tmp_path, monkeypatch, threaded
+):
+    monkeypatch.setattr(durable, "CHUNK_BYTES", 4096)  # "big" is sliced, smalls gathered
+    monkeypatch.setattr(durable, "THREADED_BYTES", 0 if threaded else 10**12)
+    tensors = _mixed()
+    assert durable.writable_here(tensors)
+    save_file(tensors, str(tmp_path / "reference"), metadata={"format": "pt"})
+    entry = durable.write_tensors(tmp_path / "ours", tensors, {"format": "pt"})
+    ours, reference = (tmp_path / "ours").read_bytes(), (tmp_path / "reference").read_bytes()
+    assert ours == reference, "not the bytes safetensors.torch.save_file writes"
+    assert entry == {"sha256": hashlib.sha256(ours).hexdigest(), "size": len(ours)}
+    back = load_file(str(tmp_path / "ours"))
+    assert sorted(back) == sorted(tensors)
+    assert all(torch.equal(back[n], t) for n, t in tensors.items())
+
+
+def test_write_json_s_entry_is_the_file_s(tmp_path):
+    entry = durable.write_json(tmp_path / "x.json", {"b": [1, 2.5, "é"], "a": None})
+    data = (tmp_path / "x.json").read_bytes()
+    assert entry == {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    assert json.loads(data) == {"a": None, "b": [1, 2.5, "é"]}
+
+
+def test_a_save_hashes_while_writing_and_writes_the_adamw_state_from_its_own_memory(
+    tmp_path, monkeypatch
+):
+    model, optimizer = trained(steps=2)
+    tensors, _ = optimizer_state.optimizer_tensors(model, optimizer)
+    own = {v.data_ptr() for s in optimizer.state.values() for v in s.values()}
+    assert {t.data_ptr() for t in tensors.values()} <= own, "the AdamW state was copied"
+
+    def no_read_back(path, *args, **kwargs):
+        raise AssertionError(f"{path}: hashed by reading it back")
+
+    monkeypatch.setattr(manifest, "sha256_file", no_read_back)
+    path = save(tmp_path, 4, model, optimizer)
+    files = json.loads((path / MANIFEST_FILE).read_text())["files"]
+    assert sorted(files) == sorted(DATA_FILES)
+    for name, entry in files.items():
+        data = (path / name).read_bytes()
+        assert entry == {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}, name
+    assert verify.inspect_checkpoint(path).valid
+
+
+def _state_of(model, optimizer) -> list[torch.Tensor]:
+    """Weights, then every parameter's AdamW state by key (copies)."""
+    state = [optimizer.state[p] for p in model.parameters()]
+    return [t.clone() for t in model.state_dict().values()] + [
+        s[k].clone() for s in state for k in sorted(s)
+    ]
+
+
+def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _count_reads(monkeypatch) -> list[str]:
+    reads: list[str] = []
+    real = verify._read_hashed
+
+    def counted(path, size, keep):
+        reads.append(path.name)
+        return real(path, size, keep)
+
+    monkeypatch.setattr(verify, "_read_hashed", counted)
+    return reads
+
+
+def test_a_load_reads_each_file_once_and_loads_the_bytes_it_verified(tmp_path, monkeypatch):
+    model, optimizer = trained(steps=2)
+    expected = _state_of(model, optimizer)
+    path = save(tmp_path, 4, model, optimizer)
+    reads = _count_reads(monkeypatch)
+    verified = load.verify_for_load(path, architecture=model.config)
+    # Renamed over after the verification (same size): the load must not read it.
+    for name in (MODEL_FILE, OPTIMIZER_FILE):
+        damaged = bytearray((path / name).read_bytes())
+        damaged[-64:] = b"\x7f" * 64
+        (path / f"{name}.new").write_bytes(bytes(damaged))
+        (path / f"{name}.new").replace(path / name)
+    target, target_opt = fresh(seed=5)
+    load.load_checkpoint(path, target, target_opt, verified=verified)
+    assert _same(_state_of(target, target_opt), expected), "loaded bytes it had not verified"
+    assert sorted(reads) == sorted(DATA_FILES), reads
+
+
+def _train_state() -> components.TrainState:
+    model = build_model(tiny_config(), seed=0)
+    return components.TrainState(
+        identity=components.RunIdentity(
+            "c" * 64, "d" * 64, seed=7, tokenizer_dir=None, world_size=1
+        ),
+        data=components.DataPosition(),
+        schedule=components.SchedulePosition(),
+        guards=components.Guards(guards.DivergenceGuard(64), guards.EarlyStopping()),
+        metrics=components.ValidationHistory(),
+        model=model,
+        optimizer=optim.build_adamw(model, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1),
+        rng=components.RngState(),
+    )
+
+
+@pytest.mark.parametrize("spec", ["latest", "path"])
+def test_a_resume_verifies_its_checkpoint_once(tmp_path, monkeypatch, spec):
+    saved = _train_state()
+    tokens = torch.randint(0, saved.model.config.vocab_size, (2, 9), generator=torch.Generator())
+    loss.accumulate_gradients(saved.model, [loss.next_token_pairs(tokens)])
+    saved.optimizer.step()
+    path = checkpointing.Checkpointer(tmp_path, save_interval=1, keep=2).save(0, saved)
+    assert path is not None
+    expected = _state_of(saved.model, saved.optimizer)
+    reads = _count_reads(monkeypatch)
+    resumed = _train_state()
+    checkpointing.resume("latest" if spec == "latest" else path, tmp_path, resumed)
+    assert _same(_state_of(resumed.model, resumed.optimizer), expected)
+    assert sorted(reads) == sorted(DATA_FILES), f"files read to verify: {reads}"
+
+
+def test_a_damaged_newer_checkpoint_is_skipped_and_its_bytes_are_not_kept(tmp_path):
+    model, optimizer = trained(steps=2)
+    older = save(tmp_path, 4, model, optimizer)
+    newer = save(tmp_path, 8, model, optimizer)
+    data = bytearray((newer / OPTIMIZER_FILE).read_bytes())
+    data[-1] ^= 1
+    (newer / OPTIMIZER_FILE).write_bytes(bytes(data))
+    chosen, verified, skipped = load.latest_verified(tmp_path, architecture=model.config)
+    assert chosen == older and [p for p, _ in skipped] == [newer]
+    assert "sha256 differs" in skipped[0][1]
+    assert verified is not None and verified.path == older
+    assert all(verified.contents(n) is not None for n in load.LOADED)
+    damaged = verify.inspect_checkpoint(newer, keep=load.LOADED)
+    assert not damaged.valid and all(v.contents is None for v in damaged.files)

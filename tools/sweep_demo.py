@@ -60,6 +60,16 @@ def _shape(shape: tuple[int, int, int, int, int, int]) -> dict:
     }
 
 
+def _schedule(*, steps: int, eval_every: int, save_every: int) -> dict:
+    """A schedule of ``steps`` with the quickstart's 10 % warmup."""
+    return {
+        "training__max_steps": steps,
+        "training__warmup_steps": steps // 10,
+        "training__eval_interval": eval_every,
+        "training__save_interval": save_every,
+    }
+
+
 _candidate("quickstart-v8192-d64-l2")  # the configuration shipped before issue 21
 _candidate("v8192-d64-l2-lr3e-3", optimizer__lr=3.0e-3)
 _candidate("v2048-d128-l4-lr3e-3", **_shape((2048, 128, 4, 4, 2, 344)), optimizer__lr=3.0e-3)
@@ -69,47 +79,32 @@ _candidate(
     "v1024-d128-l4-lr3e-3-900",
     **_shape((1024, 128, 4, 4, 2, 344)),
     optimizer__lr=3.0e-3,
-    training__max_steps=900,
-    training__warmup_steps=90,
-    training__eval_interval=300,
-    training__save_interval=300,
+    **_schedule(steps=900, eval_every=300, save_every=300),
 )
 _candidate(
     "v2048-d128-l4-lr4e-3-800",
     **_shape((2048, 128, 4, 4, 2, 344)),
     optimizer__lr=4.0e-3,
-    training__max_steps=800,
-    training__warmup_steps=80,
-    training__eval_interval=200,
-    training__save_interval=400,
+    **_schedule(steps=800, eval_every=200, save_every=400),
 )
 
 _candidate(
     "v2048-d128-l4-lr4e-3-1100",
     **_shape((2048, 128, 4, 4, 2, 344)),
     optimizer__lr=4.0e-3,
-    training__max_steps=1100,
-    training__warmup_steps=110,
-    training__eval_interval=275,
-    training__save_interval=550,
+    **_schedule(steps=1100, eval_every=275, save_every=550),
 )
 _candidate(
     "v2048-d128-l4-lr6e-3-1100",
     **_shape((2048, 128, 4, 4, 2, 344)),
     optimizer__lr=6.0e-3,
-    training__max_steps=1100,
-    training__warmup_steps=110,
-    training__eval_interval=275,
-    training__save_interval=550,
+    **_schedule(steps=1100, eval_every=275, save_every=550),
 )
 _candidate(
     "v1024-d128-l4-lr4e-3-1200",
     **_shape((1024, 128, 4, 4, 2, 344)),
     optimizer__lr=4.0e-3,
-    training__max_steps=1200,
-    training__warmup_steps=120,
-    training__eval_interval=300,
-    training__save_interval=600,
+    **_schedule(steps=1200, eval_every=300, save_every=600),
 )
 
 

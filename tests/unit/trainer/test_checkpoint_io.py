@@ -28,11 +28,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.unit.trainer.checkpoint_support import fresh, save, trained
-from tests.unit.trainer.loop_support import tiny_config
+from tests.unit.trainer.test_components import train_state
 from trainer.checkpoint import durable, load, manifest, optimizer_state, verify
 from trainer.checkpoint.layout import DATA_FILES, MANIFEST_FILE, MODEL_FILE, OPTIMIZER_FILE
-from trainer.model.llama import build_model
-from trainer.train import checkpointing, components, guards, loss, optim
+from trainer.train import checkpointing, loss
 
 
 def _mixed() -> dict[str, torch.Tensor]:
@@ -141,25 +140,9 @@ def test_a_load_reads_each_file_once_and_loads_the_bytes_it_verified(tmp_path, m
     assert sorted(reads) == sorted(DATA_FILES), reads
 
 
-def _train_state() -> components.TrainState:
-    model = build_model(tiny_config(), seed=0)
-    return components.TrainState(
-        identity=components.RunIdentity(
-            "c" * 64, "d" * 64, seed=7, tokenizer_dir=None, world_size=1
-        ),
-        data=components.DataPosition(),
-        schedule=components.SchedulePosition(),
-        guards=components.Guards(guards.DivergenceGuard(64), guards.EarlyStopping()),
-        metrics=components.ValidationHistory(),
-        model=model,
-        optimizer=optim.build_adamw(model, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1),
-        rng=components.RngState(),
-    )
-
-
 @pytest.mark.parametrize("spec", ["latest", "path"])
 def test_a_resume_verifies_its_checkpoint_once(tmp_path, monkeypatch, spec):
-    saved = _train_state()
+    saved = train_state()
     tokens = torch.randint(0, saved.model.config.vocab_size, (2, 9), generator=torch.Generator())
     loss.accumulate_gradients(saved.model, [loss.next_token_pairs(tokens)])
     saved.optimizer.step()
@@ -167,7 +150,7 @@ def test_a_resume_verifies_its_checkpoint_once(tmp_path, monkeypatch, spec):
     assert path is not None
     expected = _state_of(saved.model, saved.optimizer)
     reads = _count_reads(monkeypatch)
-    resumed = _train_state()
+    resumed = train_state()
     checkpointing.resume("latest" if spec == "latest" else path, tmp_path, resumed)
     assert _same(_state_of(resumed.model, resumed.optimizer), expected)
     assert sorted(reads) == sorted(DATA_FILES), f"files read to verify: {reads}"

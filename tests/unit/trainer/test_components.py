@@ -20,7 +20,8 @@ from trainer.train.hooks import Hooks, as_hooks
 from trainer.train.steps import iterate_steps
 
 
-def _state(world_size: int = 1, config_hash: str = "c" * 64) -> components.TrainState:
+def train_state(world_size: int = 1, config_hash: str = "c" * 64) -> components.TrainState:
+    """A fresh registry of every part over the tiny model (also test_checkpoint_io's)."""
     model = build_model(tiny_config(), seed=0)
     return components.TrainState(
         identity=components.RunIdentity(
@@ -46,7 +47,7 @@ def _after_steps(state: components.TrainState, steps: int) -> None:
 
 
 def test_state_json_is_every_part_s_keys_and_loads_back_into_a_fresh_registry():
-    saved = _state()
+    saved = train_state()
     _after_steps(saved, 6)
     written = components.state_json(saved)
     tensor_file_keys = {"optimizer_groups"}  # the optimizer's, filled in by the writer
@@ -56,7 +57,7 @@ def test_state_json_is_every_part_s_keys_and_loads_back_into_a_fresh_registry():
     assert (written.step, written.epoch, written.epoch_step) == (6, 1, 2)
     assert (written.scheduler_step, written.val_loss, written.best_val_loss) == (6, 3.5, 3.5)
 
-    fresh = _state()
+    fresh = train_state()
     components.load_state_json(fresh, written)
     assert (fresh.data.resumed_from, fresh.data.first_step) == (6, 7)
     assert fresh.schedule.step == 6 and fresh.metrics.best_before == 3.5
@@ -68,25 +69,25 @@ def test_state_json_is_every_part_s_keys_and_loads_back_into_a_fresh_registry():
 
 
 def test_the_identity_is_checked_before_any_other_part_is_loaded():
-    assert next(iter(_state().parts())) == components.IDENTITY
-    saved = _state(world_size=2)
+    assert next(iter(train_state().parts())) == components.IDENTITY
+    saved = train_state(world_size=2)
     _after_steps(saved, 6)
-    fresh = _state(world_size=1)
+    fresh = train_state(world_size=1)
     with pytest.raises(CheckpointError, match="world size 2; this run has world size 1"):
         components.load_state_json(fresh, components.state_json(saved))
     assert fresh.data.resumed is None and fresh.schedule.step == 0, "nothing loaded"
 
-    other = _state(config_hash="e" * 64)
+    other = train_state(config_hash="e" * 64)
     with pytest.raises(CheckpointError, match="written by another run: config hash"):
-        components.load_state_json(other, components.state_json(_state()))
+        components.load_state_json(other, components.state_json(train_state()))
     other.identity.override = True
-    components.load_state_json(other, components.state_json(_state()))
+    components.load_state_json(other, components.state_json(train_state()))
 
 
 def test_a_scheduler_step_that_is_not_the_optimizer_step_is_refused():
-    written = dataclasses.replace(components.state_json(_state()), step=6, scheduler_step=0)
+    written = dataclasses.replace(components.state_json(train_state()), step=6, scheduler_step=0)
     with pytest.raises(CheckpointError, match="scheduler step 0 != optimizer step 6"):
-        components.load_state_json(_state(), written)
+        components.load_state_json(train_state(), written)
 
 
 def test_a_hooks_object_with_only_some_methods_is_adapted_and_a_hooks_is_itself():

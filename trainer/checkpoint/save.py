@@ -15,7 +15,8 @@ the files are those of a single-process run (the same names, shapes and dtypes).
 
 Speed (issue 21): every file is hashed while it is written, from the chunks handed to
 ``os.write`` (trainer/checkpoint/durable.py), so the manifest needs no second pass over
-the bytes; the tensor files are written straight from the weights' and AdamW state's
+the bytes; a file's hash may finish while the next file is written (the manifest waits for
+all of them); the tensor files are written straight from the weights' and AdamW state's
 memory (the optimizer state is not copied first).
 """
 
@@ -33,7 +34,7 @@ from safetensors.torch import save_file
 
 from gates.files import atomic_write_text, fsync_dir, fsync_file
 from trainer.checkpoint import optimizer_state, rng
-from trainer.checkpoint.durable import writable_here, write_json, write_tensors
+from trainer.checkpoint.durable import PendingEntry, writable_here, write_json, write_tensors
 from trainer.checkpoint.layout import (
     CHECKPOINT_STATE_FILE,
     LATEST_POINTER,
@@ -51,9 +52,10 @@ from trainer.checkpoint.state import TrainingState
 from trainer.model import hf
 from trainer.model.llama import Llama
 
-#: Writes one file; returns its manifest entry ({"sha256", "size"}, hashed while writing),
-#: or None when the manifest must hash the file from disk.
-Writer = Callable[[Path], dict[str, Any] | None]
+#: Writes one file; returns its manifest entry ({"sha256", "size"}, hashed while writing;
+#: perhaps still pending), or None when the manifest must hash the file from disk.
+Entry = dict[str, Any] | PendingEntry
+Writer = Callable[[Path], Entry | None]
 METADATA = {"format": "pt"}
 
 
@@ -74,23 +76,24 @@ def _staging_dir(final: Path) -> Path:
     return final.with_name(final.name + STAGING_SUFFIX)
 
 
-def _write_model(model: Llama, path: Path) -> dict[str, Any] | None:
+def _write_model(model: Llama, path: Path) -> Entry | None:
     # hf's refusals: empty / misshapen / aliased state
     return _write_safetensors(hf.weights_to_write(model, path), path)
 
 
 def _write_gathered_model(
     model: Llama, path: Path, weights: dict[str, torch.Tensor]
-) -> dict[str, Any] | None:
+) -> Entry | None:
     return _write_safetensors(hf.weights_to_write(model, path, state=weights), path)
 
 
-def _write_optimizer(tensors: dict[str, torch.Tensor], path: Path) -> dict[str, Any] | None:
+def _write_optimizer(tensors: dict[str, torch.Tensor], path: Path) -> Entry | None:
     return _write_safetensors(tensors, path)
 
 
-def _write_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> dict[str, Any] | None:
-    """The file safetensors.torch.save_file writes, hashed while written, then fsynced."""
+def _write_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> Entry | None:
+    """The file safetensors.torch.save_file writes, hashed while written, then fsynced;
+    the hash may still be finishing when this returns (the next file is written meanwhile)."""
     if writable_here(tensors):
         entry = write_tensors(path, tensors, METADATA)
     else:  # a dtype or layout the hashing writer does not lay out: safetensors, read back
@@ -100,10 +103,10 @@ def _write_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> dict[str
     return entry
 
 
-def _recorded(written: dict[str, dict[str, Any]], write: Writer) -> Writer:
+def _recorded(written: dict[str, Entry], write: Writer) -> Writer:
     """``write``, keeping the entry it returns for the manifest under the file's name."""
 
-    def recording(path: Path) -> dict[str, Any] | None:
+    def recording(path: Path) -> Entry | None:
         entry = write(path)
         if entry is None:
             written.pop(path.name, None)
@@ -112,6 +115,11 @@ def _recorded(written: dict[str, dict[str, Any]], write: Writer) -> Writer:
         return entry
 
     return recording
+
+
+def _finished(written: dict[str, Entry]) -> dict[str, dict[str, Any]]:
+    """Every entry, once its hash is done (asked for only when the manifest is built)."""
+    return {n: e.entry() if isinstance(e, PendingEntry) else e for n, e in written.items()}
 
 
 def _write_files(
@@ -173,7 +181,7 @@ def save_checkpoint(
             if gathered is None
             else (lambda p: _write_gathered_model(model, p, weights))
         )
-        written: dict[str, dict[str, Any]] = {}  # file name -> its entry, hashed as written
+        written: dict[str, Entry] = {}  # file name -> its entry, hashed as written
         writers: list[tuple[str, Writer]] = [
             (name, _recorded(written, write))
             for name, write in (
@@ -195,7 +203,7 @@ def save_checkpoint(
                 tensor_count=len(weights),
                 parameter_count=sum(t.numel() for t in weights.values()),
                 dtype=str(next(iter(weights.values())).dtype).removeprefix("torch."),
-                entries=written,
+                entries=_finished(written),
             ),
         )
         _publish(staging, final)

@@ -73,7 +73,7 @@ from trainer.model import hf
 
 #: Disk-changing calls of each operation, as the README states them: a change to an
 #: operation's write sequence changes these, and the README with them.
-BOUNDARIES = {"save": 31, "prune": 17, "export": 15, "export into an empty --out": 16}
+BOUNDARIES = {"save": 32, "prune": 17, "export": 15, "export into an empty --out": 16}
 #: What a crash may leave beside the checkpoints, never listed by a loader: a save's staging
 #: directory, a prune's renamed victim, the ``latest`` pointer's temp file.
 LEFTOVER = re.compile(r"^(step-\d{8}\.(tmp|deleting)|\.latest\.[^/]+\.tmp)$")

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+import types
 
 import pytest
 import torch
@@ -61,7 +63,7 @@ def test_the_hashing_writer_writes_save_file_s_bytes_and_hashes_exactly_them(
     tensors = _mixed()
     assert durable.writable_here(tensors)
     save_file(tensors, str(tmp_path / "reference"), metadata={"format": "pt"})
-    entry = durable.write_tensors(tmp_path / "ours", tensors, {"format": "pt"})
+    entry = durable.write_tensors(tmp_path / "ours", tensors, {"format": "pt"}).entry()
     ours, reference = (tmp_path / "ours").read_bytes(), (tmp_path / "reference").read_bytes()
     assert ours == reference, "not the bytes safetensors.torch.save_file writes"
     assert entry == {"sha256": hashlib.sha256(ours).hexdigest(), "size": len(ours)}
@@ -96,6 +98,44 @@ def test_a_save_hashes_while_writing_and_writes_the_adamw_state_from_its_own_mem
         data = (path / name).read_bytes()
         assert entry == {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}, name
     assert verify.inspect_checkpoint(path).valid
+
+
+class _HeldDigest:
+    """sha256 whose updates wait until ``release`` is set (or ``patience`` runs out)."""
+
+    def __init__(self, release: threading.Event, waited: list[bool]) -> None:
+        self._real, self._release, self._waited = hashlib.sha256(), release, waited
+
+    def update(self, data) -> None:
+        if not self._release.wait(timeout=5):
+            self._waited.append(True)
+        self._real.update(data)
+
+    def hexdigest(self) -> str:
+        return self._real.hexdigest()
+
+
+def test_a_save_writes_the_next_file_while_the_last_one_is_still_hashed(tmp_path, monkeypatch):
+    """The model file's hash is held until the next file's writing starts: a save that
+    waits for each hash before writing on would wait out the hold (and fail here)."""
+    monkeypatch.setattr(durable, "THREADED_BYTES", 0)  # every tensor file hashed on a thread
+    next_file_started, waited, made = threading.Event(), [], []
+
+    def sha256(data=b""):
+        made.append(1)
+        if len(made) == 1:  # the model file's: the first file a save writes
+            return _HeldDigest(next_file_started, waited)
+        next_file_started.set()
+        return hashlib.sha256(data)
+
+    monkeypatch.setattr(durable, "hashlib", types.SimpleNamespace(sha256=sha256))
+    model, optimizer = trained(steps=2)
+    path = save(tmp_path, 4, model, optimizer)
+    assert not waited, "the save waited for model.safetensors' sha256 before writing on"
+    files = json.loads((path / MANIFEST_FILE).read_text())["files"]
+    for name in DATA_FILES:
+        data = (path / name).read_bytes()
+        assert files[name]["sha256"] == hashlib.sha256(data).hexdigest(), name
 
 
 def _state_of(model, optimizer) -> list[torch.Tensor]:

@@ -163,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the JSON here")
     parser.add_argument("--work", type=Path, default=WORK, help=f"run directories ({WORK})")
-    parser.add_argument("--commit", help="the commit measured, where git cannot tell")
+    parser.add_argument(
+        "--commit", help="the commit measured, where this tree's git cannot tell (a copy)"
+    )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("cuda_smoke: CUDA is not available here; nothing run", file=sys.stderr)
@@ -192,10 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     result["captured_at"] = utc_now()
     result["command"] = " ".join(["python", "tools/cuda_smoke.py", *(argv or sys.argv[1:])])
     result["host"] = host_info()
-    try:
+    if args.commit:  # a device machine's copy of the tree may carry another git history
+        result["git"] = {"commit": args.commit, "dirty": None, "note": "as given by --commit"}
+    else:
         result["git"] = git_info(ROOT)
-    except (OSError, subprocess.SubprocessError):
-        result["git"] = {"commit": args.commit, "dirty": None, "note": "no git here: --commit"}
     text = json.dumps(result, indent=2, allow_nan=False) + "\n"
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -90,16 +90,16 @@ def _trainer(args: list[str], log: Path, timeout: int) -> dict[str, Any]:
         done = subprocess.run(
             [sys.executable, "-m", "trainer", *args],
             cwd=ROOT,  # run directories are given relative to it
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,  # one stream, in the order it was written
             text=True,
             timeout=timeout,
             check=False,
         )
-        rc, text = done.returncode, done.stdout + done.stderr
+        rc, text = done.returncode, done.stdout
     except subprocess.TimeoutExpired as exc:
-        said = [o.decode(errors="replace") if isinstance(o, bytes) else o or "" for o in
-                (exc.stdout, exc.stderr)]  # fmt: skip
-        rc, text = None, f"timed out after {timeout} s\n{said[0]}{said[1]}"
+        said = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout
+        rc, text = None, f"timed out after {timeout} s\n{said or ''}"
     log.write_text(text)
     return {
         "command": "trainer " + " ".join(args),

@@ -43,8 +43,8 @@ Fairness:
   default of 8 repeats gives each side the first slot equally often (an odd count would
   hand the more frequent slot to one side): on the development VM the time of a 4.5 GB
   write depended 2-4x on what had run just before it (whichever side went second in a pair
-  paid for the first's write-back), and with 4 repeats two quiet runs of the same code
-  gave save 64 % and 84 %, load 83 % and 68 %.
+  paid for the first's write-back), and quiet 4-repeat runs read save 64-84 % and load
+  68-83 % of raw (the 64 % with issue 21's first writer, the rest with today's).
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ interpreter's standard library, so another Python version trains on other text.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -37,6 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gates.evidence import git_info, host_info, portable_path, utc_now  # noqa: E402
+from gates.files import sha256_file  # noqa: E402
+from trainer.checkpoint.layout import step_dir_name  # noqa: E402
 
 TENSOR_FILES = ("model.safetensors", "optimizer.safetensors", "rng.safetensors")
 TAIL_LINES = 14
@@ -69,7 +70,7 @@ def compare_checkpoints(a: Path, b: Path) -> dict[str, dict[str, Any]]:
             total += x.numel()
             if x.is_floating_point() and x.numel():
                 worst = max(worst, float((x.double() - y.double()).abs().max()))
-        same_bytes = _sha256(a / name) == _sha256(b / name)
+        same_bytes = sha256_file(a / name) == sha256_file(b / name)
         out[name] = {
             "bytes_equal": same_bytes,
             "differing_values": differing,
@@ -77,10 +78,6 @@ def compare_checkpoints(a: Path, b: Path) -> dict[str, dict[str, Any]]:
             "max_abs_difference": worst,
         }
     return out
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _trainer(args: list[str], log: Path, timeout: int) -> dict[str, Any]:
@@ -110,7 +107,7 @@ def _trainer(args: list[str], log: Path, timeout: int) -> dict[str, Any]:
 
 
 def _checkpoint(run: Path, step: int) -> Path:
-    found = sorted(run.rglob(f"step-{step:08d}"))
+    found = sorted(run.rglob(step_dir_name(step)))
     if not found:
         raise FileNotFoundError(f"{run}: no checkpoint of step {step}")
     return found[0]

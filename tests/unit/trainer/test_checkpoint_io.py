@@ -101,7 +101,8 @@ def test_a_save_hashes_while_writing_and_writes_the_adamw_state_from_its_own_mem
 
 
 class _HeldDigest:
-    """sha256 whose updates wait until ``release`` is set (or ``patience`` runs out)."""
+    """sha256 whose updates wait until ``release`` is set; an update that waited 5 s for
+    it is recorded in ``waited`` (and then goes on)."""
 
     def __init__(self, release: threading.Event, waited: list[bool]) -> None:
         self._real, self._release, self._waited = hashlib.sha256(), release, waited

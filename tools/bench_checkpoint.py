@@ -393,6 +393,19 @@ def _spread(values: list[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values)
 
 
+def _first_slot_ratios(series: dict[str, list[float]]) -> dict[str, float]:
+    """Raw over checkpoint seconds, each the median of the rounds where that side ran
+    first: even rounds ran the checkpoint first, odd ones the raw side."""
+    first = {
+        k: statistics.median(v[0::2] if k in ("save_s", "load_s") else v[1::2])
+        for k, v in series.items()
+    }
+    return {
+        "save": first["raw_write_s"] / first["save_s"],
+        "load": first["raw_read_s"] / first["load_s"],
+    }
+
+
 def summarize(
     repeats: list[dict[str, float]], nbytes: int, target: float = BANDWIDTH_TARGET
 ) -> dict[str, Any]:
@@ -429,6 +442,14 @@ def summarize(
             for i, order in enumerate(("checkpoint first", "raw first"))
             if len(repeats) > i
         },
+        # The order effect (the second side of a pair pays for the first's write-back)
+        # multiplies a pair's ratio one way in even rounds and the other way in odd ones;
+        # the geometric mean of the paired ratios cancels it when the orders are balanced.
+        "paired_ratio_geomean": {k: statistics.geometric_mean(v) for k, v in paired.items()},
+        # Each side timed only when it ran first in its pair (nothing of the other side
+        # before it): the raw side's median over raw-first rounds over the checkpoint's
+        # median over checkpoint-first rounds. Needs both orders (two rounds or more).
+        "first_slot_ratio": _first_slot_ratios(series) if len(repeats) > 1 else None,
         # (max - min) / median per series: how much the machine alone moves a number.
         "relative_spread": {k.removesuffix("_s"): _spread(v) for k, v in series.items()},
         "target_ratio": target,

@@ -56,6 +56,17 @@ def test_summarize_takes_medians_and_ratios_of_the_measured_seconds():
     assert by_order["checkpoint first"]["save"] == pytest.approx((2.5 / 2.0 + 2.2 / 3.0) / 2)
     assert by_order["raw first"]["save"] == pytest.approx(2.0 / 4.0)
     assert result["relative_spread"]["save"] == pytest.approx((4.0 - 2.0) / 3.0)
+    assert result["paired_ratio_geomean"]["save"] == pytest.approx(
+        (2.5 / 2.0 * 2.0 / 4.0 * 2.2 / 3.0) ** (1 / 3)
+    )
+    # First slots: the checkpoint in rounds 0 and 2 (save median 2.5, load 1.05), the raw
+    # side in round 1 (write 2.0, read 0.99).
+    assert result["first_slot_ratio"] == pytest.approx({"save": 2.0 / 2.5, "load": 0.99 / 1.05})
+
+
+def test_first_slot_ratios_need_both_orders():
+    rounds = _repeats(save_s=[1.0], raw_write_s=[0.9], load_s=[1.0], raw_read_s=[0.9])
+    assert bench.summarize(rounds, nbytes=4096)["first_slot_ratio"] is None
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,9 @@ Fairness:
 - Every write starts after os.sync(), so no earlier write-back is still pending.
 - Repeats pair each checkpoint measurement with its raw twin right next to it (save with
   raw write, load with raw read); the checkpoint goes first in even rounds, raw in odd ones,
-  so drift hits both; medians are reported, paired ratios beside them, also by order. The
+  so drift hits both; medians are reported, paired ratios beside them, also by order, with
+  two statistics the order does not move: the geometric mean of the paired ratios, and the
+  first-slot ratio (each side timed only in the rounds where it went first). The
   default of 8 repeats gives each side the first slot equally often (an odd count would
   hand the more frequent slot to one side): on the development VM the time of a 4.5 GB
   write depended 2-4x on what had run just before it (whichever side went second in a pair
@@ -753,7 +755,13 @@ def _table(result: dict[str, Any]) -> str:
         lines.append(
             f"{side}: {bw[side]:,.0f} MiB/s vs raw {bw[raw]:,.0f} MiB/s = "
             f"{result['ratio'][side]:.1%} (target >= {result['target_ratio']:.0%}: {verdict}); "
-            f"paired median {result['paired_ratio_median'][side]:.1%}"
+            f"paired median {result['paired_ratio_median'][side]:.1%}, "
+            f"geometric mean {result['paired_ratio_geomean'][side]:.1%}"
+            + (
+                f", first slot {result['first_slot_ratio'][side]:.1%}"
+                if result["first_slot_ratio"]
+                else ""
+            )
         )
     h = result["hashing"]
     lines.append(

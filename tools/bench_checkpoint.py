@@ -40,13 +40,14 @@ Fairness:
 - Repeats pair each checkpoint measurement with its raw twin right next to it (save with
   raw write, load with raw read); the checkpoint goes first in even rounds, raw in odd ones,
   so drift hits both; medians are reported, paired ratios beside them, also by order, with
-  two statistics the order does not move: the geometric mean of the paired ratios, and the
-  first-slot ratio (each side timed only in the rounds where it went first). The
-  default of 8 repeats gives each side the first slot equally often (an odd count would
-  hand the more frequent slot to one side): on the development VM the time of a 4.5 GB
-  write depended 2-4x on what had run just before it (whichever side went second in a pair
-  paid for the first's write-back), and quiet 4-repeat runs read save 64-84 % and load
-  68-83 % of raw (the 64 % with issue 21's first writer, the rest with today's).
+  two statistics the order within a pair does not bias: the geometric mean of the paired
+  ratios (the order effect cancels in it) and the first-slot ratio (each side timed only
+  in the rounds where it went first). The default of 8 repeats gives each side the first
+  slot equally often (an odd count would hand the more frequent slot to one side): on the
+  development VM the time of a 4.5 GB write depended 2-4x on what had run just before it
+  (whichever side went second in a pair paid for the first's write-back), and quiet
+  4-repeat runs read save 64-84 % and load 68-83 % of raw (the 64 % with issue 21's first
+  writer, the rest with today's).
 """
 
 from __future__ import annotations
@@ -395,11 +396,19 @@ def _spread(values: list[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values)
 
 
+#: Which side of a pair goes first: round ``i`` runs ORDERS[i % 2] (run_round).
+ORDERS = ("checkpoint first", "raw first")
+
+
+def _rounds_of(values: list[float], order: str) -> list[float]:
+    """The values of the rounds run in ``order`` (one of ORDERS)."""
+    return values[ORDERS.index(order) :: len(ORDERS)]
+
+
 def _first_slot_ratios(series: dict[str, list[float]]) -> dict[str, float]:
-    """Raw over checkpoint seconds, each the median of the rounds where that side ran
-    first: even rounds ran the checkpoint first, odd ones the raw side."""
+    """Raw over checkpoint seconds, each the median of the rounds where that side ran first."""
     first = {
-        k: statistics.median(v[0::2] if k in ("save_s", "load_s") else v[1::2])
+        k: statistics.median(_rounds_of(v, ORDERS[0] if k in ("save_s", "load_s") else ORDERS[1]))
         for k, v in series.items()
     }
     return {
@@ -440,8 +449,8 @@ def summarize(
         "paired_ratio_median": {k: statistics.median(v) for k, v in paired.items()},
         # Rounds alternate which side runs first; the paired ratios of each order apart.
         "paired_ratio_median_by_order": {
-            order: {k: statistics.median(v[i::2]) for k, v in paired.items()}
-            for i, order in enumerate(("checkpoint first", "raw first"))
+            order: {k: statistics.median(_rounds_of(v, order)) for k, v in paired.items()}
+            for i, order in enumerate(ORDERS)
             if len(repeats) > i
         },
         # The order effect (the second side of a pair pays for the first's write-back)
@@ -550,7 +559,8 @@ def run_round(bench: _Bench, scratch: Path, index: int, nbytes: int | None) -> d
     Round 0 is even: its save sets ``nbytes``, the size every raw file is written at.
     """
     run_dir, raw_file = scratch / f"run-{index}", scratch / f"raw-{index}.bin"
-    checkpoint_first = index % 2 == 0
+    order = ORDERS[index % len(ORDERS)]
+    checkpoint_first = order == ORDERS[0]
     if checkpoint_first:
         saved = measure_save(bench, run_dir)
         nbytes = saved["bytes"] if nbytes is None else nbytes
@@ -574,7 +584,7 @@ def run_round(bench: _Bench, scratch: Path, index: int, nbytes: int | None) -> d
     shutil.rmtree(run_dir)
     raw_file.unlink()
     return {
-        "order": "checkpoint first" if checkpoint_first else "raw first",
+        "order": order,
         **{k: v for k, v in saved.items() if k not in ("checkpoint", "files")},
         **wrote,
         **loaded,

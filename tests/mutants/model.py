@@ -93,7 +93,11 @@ def _kv_tiled(patch):
 def _rope_theta_wrong(patch):
     real = llama._inv_freq
     patch.setattr(
-        llama, "_inv_freq", lambda head_dim, theta, device=None: real(head_dim, 500000.0, device)
+        llama,
+        "_inv_freq",
+        lambda head_dim, theta, device=None, dtype=torch.float32: real(
+            head_dim, 500000.0, device, dtype
+        ),
     )
 
 

@@ -62,7 +62,7 @@ from trainer.model.config import LlamaConfig, ModelConfigError
 from trainer.model.params import parameter_shapes
 from trainer.userfiles import display, is_utf8_name
 
-_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+_DTYPES = {"F64": "float64", "F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 
 
 @dataclass

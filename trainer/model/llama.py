@@ -12,7 +12,9 @@ torch.nn.functional.scaled_dot_product_attention (causal); the KV heads are repe
 explicitly so that query head h reads KV head h // group, as HF's repeat_kv does.
 Numerics follow HF's: RMSNorm in float32 then cast back, cos/sin cast to the
 activations' dtype, so float32 logits match LlamaForCausalLM (eager) to ~1e-6 and
-autocast (bf16 on CUDA) works unchanged. Contract: C-LLAMA-370M-SOVEREIGN.
+autocast (bf16 on CUDA) works unchanged. "In float32" means "in at least float32": a
+float64 model (the golden traces, tests/golden/traces.py) computes both in float64, so
+no step of it rounds to float32. Contract: C-LLAMA-370M-SOVEREIGN.
 
 Initialization (build_model): every Linear and the embedding ~ N(0, 0.02); the two
 projections that write into the residual stream (o_proj, down_proj) ~ N(0, 0.02 /
@@ -56,8 +58,14 @@ def _embedding(rows: int, hidden: int) -> nn.Embedding:
     return nn.Embedding(rows, hidden)
 
 
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The precision RMSNorm and RoPE compute in: float32, or the activations' own when wider."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 class RMSNorm(nn.Module):
-    """x / sqrt(mean(x^2) + eps) * weight, computed in float32 (Zhang and Sennrich 2019)."""
+    """x / sqrt(mean(x^2) + eps) * weight, computed in (at least) float32 (Zhang and Sennrich
+    2019)."""
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -66,7 +74,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
-        h = x.to(torch.float32)
+        h = x.to(_compute_dtype(dtype))
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(dtype)
 
@@ -74,9 +82,14 @@ class RMSNorm(nn.Module):
         return f"{self.weight.shape[0]}, eps={self.eps}"
 
 
-def _inv_freq(head_dim: int, theta: float, device: torch.device | None = None) -> torch.Tensor:
-    """RoPE inverse frequencies theta ** (-2i / head_dim), i = 0 .. head_dim/2 - 1 (float32)."""
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim
+def _inv_freq(
+    head_dim: int,
+    theta: float,
+    device: torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """RoPE inverse frequencies theta ** (-2i / head_dim), i = 0 .. head_dim/2 - 1."""
+    exponents = torch.arange(0, head_dim, 2, dtype=dtype, device=device) / head_dim
     return 1.0 / (theta**exponents)
 
 
@@ -105,14 +118,20 @@ class RotaryEmbedding(nn.Module):
         self.theta = theta
         self.max_positions = max_positions
 
-    def inv_freq(self, device: torch.device | None = None) -> torch.Tensor:
-        return _inv_freq(self.head_dim, self.theta, device)
+    def inv_freq(
+        self, device: torch.device | None = None, dtype: torch.dtype = torch.float32
+    ) -> torch.Tensor:
+        return _inv_freq(self.head_dim, self.theta, device, dtype)
 
     def forward(
-        self, seq_len: int, device: torch.device | None = None
+        self,
+        seq_len: int,
+        device: torch.device | None = None,
+        dtype: torch.dtype = torch.float32,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        positions = torch.arange(seq_len, dtype=torch.float32, device=device)
-        freqs = positions[:, None] * self.inv_freq(device)[None, :]  # [T, D/2]
+        """cos, sin [T, head_dim] in ``dtype`` (float32, or float64 for a float64 model)."""
+        positions = torch.arange(seq_len, dtype=dtype, device=device)
+        freqs = positions[:, None] * self.inv_freq(device, dtype)[None, :]  # [T, D/2]
         angles = torch.cat((freqs, freqs), dim=-1)  # [T, D]: pair (i, i + D/2) shares angle i
         return angles.cos(), angles.sin()
 
@@ -213,7 +232,7 @@ class LlamaModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         x = self.embed_tokens(input_ids)  # [B, T, hidden]
-        cos, sin = self.rotary_emb(input_ids.shape[1], input_ids.device)
+        cos, sin = self.rotary_emb(input_ids.shape[1], input_ids.device, _compute_dtype(x.dtype))
         for layer in self.layers:
             x = layer(x, cos, sin)
         return self.norm(x)

@@ -120,6 +120,29 @@ def test_bf16_autocast_runs_and_rmsnorm_computes_in_float32(tiny):
     assert torch.allclose(norm(x), expected.to(torch.bfloat16).float())
 
 
+def test_a_float64_model_never_rounds_to_float32_in_rmsnorm_or_rope():
+    """ "In float32" means "at least float32": the golden traces train a float64 model and
+    rely on no step of it rounding to float32 (a float32 step is an error near 1e-7)."""
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    norm = RMSNorm(64, eps=1e-5).double()
+    expected = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+    assert norm(x).dtype == torch.float64
+    assert (norm(x) - expected).abs().max() < 1e-14
+    rotary = build_model(TINY, device="meta").model.rotary_emb
+    head_dim, positions = rotary.head_dim, 1000
+    cos, sin = rotary(positions, dtype=torch.float64)
+    i = torch.arange(head_dim // 2, dtype=torch.float64)
+    angles = torch.arange(positions, dtype=torch.float64)[:, None] / rotary.theta ** (
+        2 * i / head_dim
+    )
+    assert cos.dtype == sin.dtype == torch.float64
+    assert (cos[:, : head_dim // 2] - angles.cos()).abs().max() < 1e-12
+    assert (sin[:, head_dim // 2 :] - angles.sin()).abs().max() < 1e-12
+    # float32 stays float32 (HF's numerics): the float64 tables are not what it computes.
+    cos32, _ = rotary(positions)
+    assert cos32.dtype == torch.float32 and (cos32.double() - cos).abs().max() > 1e-9
+
+
 def test_a_sequence_longer_than_max_positions_is_refused(tiny):
     with pytest.raises(ValueError, match="257 tokens exceeds max_position_embeddings 256"):
         tiny(ids(1, 257))

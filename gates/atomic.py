@@ -19,10 +19,22 @@ a prepared journal (the old files plus some temp files), or a committed one.
 (gates/cli/gates.py), rolls a prepared journal back — removes its temp files, the
 directories it made and the journal: the old state — and a committed one forward: steps 4
 and 5 again, each idempotent: the new state. Paths in the journal are relative to the
-project root (absolute only for a target outside it), so any working directory recovers it.
+project root, so any working directory recovers it.
+
+Nothing outside the project. A journal is a file in the checkout, so one committed or dropped
+there must not make the next command move or remove someone else's files. :func:`commit`
+refuses a target outside the root (:class:`OutsideProjectError`, before anything is
+written), and every journal is checked before recovery acts on it (:func:`_journal_problem`):
+each path is root-relative POSIX with no empty, ``.``, ``..`` or ``.git`` component, no
+backslash or NUL, and its parent, symlinks resolved, inside the resolved root; each temp
+file is exactly the name commit gives its target (``.<name>.<8 hex><TEMP_SUFFIX>`` beside
+it, one token per commit), so a rollback removes only what commit would have created; each
+directory is one above a written target. A journal that fails is a :class:`JournalError`
+naming it and the path, and nothing is moved or removed, the journal included.
 
 Tests: tests/acceptance/test_gates_crash.py kills a promotion, a re-promotion and a demotion
-at every disk-changing call of their commit in turn and recovers each.
+at every disk-changing call of their commit in turn and recovers each;
+tests/unit/gates/test_atomic.py refuses journals that name paths outside the project.
 """
 
 from __future__ import annotations
@@ -31,13 +43,14 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gates import files
+from gates import files, jsonfile
 
 JOURNAL_NAME = ".gates-journal.json"
 PREPARED, COMMITTED = "prepared", "committed"
@@ -47,6 +60,15 @@ MAX_JOURNAL_BYTES = 1024 * 1024
 
 class JournalError(Exception):
     """The journal cannot be read or is not one gates wrote; the message says which file."""
+
+
+class OutsideProjectError(Exception):
+    """:func:`commit` was asked to write a path that is not a plain path inside the project
+    root (outside it, through a symlink leading out, or in .git); nothing was written."""
+
+
+#: The temp file commit gives ``name``: ``.<name>.<token><TEMP_SUFFIX>``, token 8 hex digits.
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.(?P<token>[0-9a-f]{8})" + re.escape(files.TEMP_SUFFIX))
 
 
 @dataclass(frozen=True)
@@ -81,17 +103,63 @@ class Recovery:
         )
 
 
+def _inside(path: str, base: str) -> bool:
+    return os.path.commonpath([path, base]) == base
+
+
 def _relative(root: Path, path: Path) -> str:
-    """``path`` as the journal stores it: relative to the root, absolute outside it."""
-    absolute = Path(os.path.abspath(path))
-    try:
-        return absolute.relative_to(os.path.abspath(root)).as_posix()
-    except ValueError:
-        return str(absolute)
+    """``path`` as the journal stores it: relative to the root, POSIX. A path outside the
+    root (also when only the real paths show it inside: a root given through a symlink) and
+    any path :func:`_path_problem` refuses raise :class:`OutsideProjectError`."""
+    absolute, base = os.path.abspath(path), os.path.abspath(root)
+    if not _inside(absolute, base):
+        # The root or the path may be named through a symlink: compare the real parents.
+        parent, real_root = os.path.realpath(os.path.dirname(absolute)), os.path.realpath(root)
+        if not _inside(parent, real_root):
+            raise OutsideProjectError(
+                f"{path} lies outside the project root {root}: gates writes only inside the "
+                "project; give a contract under the root (or the root that holds it: --root)"
+            )
+        absolute, base = os.path.join(parent, os.path.basename(absolute)), real_root
+    stored = Path(os.path.relpath(absolute, base)).as_posix()
+    problem = _path_problem(root, stored)
+    if problem:
+        raise OutsideProjectError(f"{path}: {problem}: gates writes only plain project files")
+    return stored
+
+
+def _path_problem(root: Path, stored: str) -> str | None:
+    """Why ``stored`` is not a path a journal may name under ``root``, or None: it must be a
+    relative POSIX path, no empty, ``.``, ``..`` or ``.git`` component, no backslash or NUL,
+    whose parent directory, symlinks resolved, lies inside the resolved root. Its own last
+    component is not followed: a rename or unlink acts on the link, not where it points."""
+    if "\0" in stored:
+        return "a path with a NUL byte"
+    if "\\" in stored:
+        return "a path with a backslash (journal paths are '/'-separated)"
+    if stored.startswith("/"):
+        return "an absolute path"
+    parts = stored.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return "a path with an empty, '.' or '..' component"
+    if ".git" in parts:
+        return "a path inside .git"
+    real_root = os.path.realpath(root)
+    parent = os.path.realpath(os.path.join(real_root, *parts[:-1]))
+    if not _inside(parent, real_root):
+        return f"a path through a symlink leading out of the project (to {parent})"
+    return None
+
+
+def require_inside(root: Path, *paths: Path) -> None:
+    """Raise :class:`OutsideProjectError` unless each of ``paths`` is one :func:`commit` may
+    write under ``root``: for callers that refuse before doing long work."""
+    for path in paths:
+        _relative(root, path)
 
 
 def _absolute(root: Path, stored: str) -> Path:
-    return Path(os.path.abspath(root)) / stored  # an absolute `stored` wins the join
+    return Path(os.path.abspath(root)) / stored  # `stored` is relative: _path_problem
 
 
 def _missing_dirs(directories: list[Path]) -> list[Path]:
@@ -109,8 +177,10 @@ def _missing_dirs(directories: list[Path]) -> list[Path]:
 def commit(root: Path, writes: dict[Path, bytes | None]) -> None:
     """Replace several files as one step; ``None`` deletes a file. Call with the lock held.
 
-    A failure before the commit point (step 3) rolls back at once and re-raises: nothing
-    changed. A failure after it leaves the committed journal for the next :func:`recover`.
+    A target outside the project raises :class:`OutsideProjectError` before anything is
+    written. A failure before the commit point (step 3) rolls back at once and re-raises:
+    nothing changed. A failure after it leaves the committed journal for the next
+    :func:`recover`.
     """
     token = secrets.token_hex(4)
     moves = [
@@ -124,6 +194,9 @@ def commit(root: Path, writes: dict[Path, bytes | None]) -> None:
     ]
     created = _missing_dirs([t.parent for t, data in writes.items() if data is not None])
     record = {"state": PREPARED, "dirs": [_relative(root, d) for d in created], "moves": moves}
+    problem = _journal_problem(root, record)
+    if problem:  # what recover would refuse, commit must never write
+        raise OutsideProjectError(f"{root / JOURNAL_NAME} would name {problem}")
     journal = root / JOURNAL_NAME
     files.atomic_write_bytes(journal, json.dumps(record, indent=1).encode())  # 1
     try:
@@ -141,15 +214,19 @@ def commit(root: Path, writes: dict[Path, bytes | None]) -> None:
         # A journal left behind (say, the disk failed again) is rolled back by the next
         # command; the first error is the one to report.
         with contextlib.suppress(OSError, JournalError):
-            _roll_back(root, _read(journal))
+            _roll_back(root, _read(root, journal))
         raise
     _roll_forward(root, record)  # 4, 5
 
 
-def _read(journal: Path) -> dict:
+def _read(root: Path, journal: Path) -> dict:
+    """The journal's record, checked (shape, then every path: :func:`_journal_problem`), or
+    :class:`JournalError` naming the journal."""
     try:
-        record = json.loads(files.read_regular(journal, MAX_JOURNAL_BYTES).decode("utf-8"))
-    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, not JSON
+        record = jsonfile.read_json(journal, MAX_JOURNAL_BYTES)
+    except jsonfile.JsonFileError as exc:  # a FIFO, too large, not UTF-8, not JSON, too deep
+        raise JournalError(f"{exc} (so it cannot be read as a gates journal)") from None
+    except OSError as exc:  # gone since pending() saw it
         raise JournalError(f"{journal}: cannot be read as a gates journal: {exc}") from None
     moves = record.get("moves") if isinstance(record, dict) else None
     shaped = (
@@ -171,7 +248,52 @@ def _read(journal: Path) -> dict:
             f"{journal}: not a journal this version of gates writes; finish or undo the "
             "commit it describes by hand, then remove it"
         )
+    problem = _journal_problem(root, record)
+    if problem:
+        raise JournalError(
+            f"{journal}: names {problem}; nothing was moved or removed. gates never writes "
+            "such a journal: find out where it came from, then remove it by hand"
+        )
     return record
+
+
+def _journal_problem(root: Path, record: dict) -> str | None:
+    """What in a well-shaped journal record gates would never have written, or None. A
+    rollback removes each ``tmp`` and ``dirs`` entry, a roll-forward renames each ``tmp``
+    over its ``target`` or unlinks the target: each must be a file or directory commit
+    itself makes, inside the project."""
+    written: list[str] = []
+    tokens: set[str] = set()
+    for move in record["moves"]:
+        target, tmp = move["target"], move["tmp"]
+        problem = _path_problem(root, target)
+        if problem:
+            return f"target {target!r}: {problem}"
+        if tmp is None:
+            continue
+        problem = _path_problem(root, tmp)
+        if problem:
+            return f"temp file {tmp!r}: {problem}"
+        folder, _, name = target.rpartition("/")
+        tmp_folder, _, tmp_name = tmp.rpartition("/")
+        match = _TEMP_NAME.fullmatch(tmp_name)
+        if tmp_folder != folder or match is None or match["name"] != name:
+            return (
+                f"temp file {tmp!r}, not the temp name commit gives {target!r} "
+                f"(.{name}.<8 hex digits>{files.TEMP_SUFFIX} beside it)"
+            )
+        tokens.add(match["token"])
+        written.append(target)
+    if len(tokens) > 1:
+        return f"temp files of {len(tokens)} commits ({', '.join(sorted(tokens))}), not one"
+    above = {"/".join(t.split("/")[:n]) for t in written for n in range(1, t.count("/") + 1)}
+    for directory in record["dirs"]:
+        problem = _path_problem(root, directory)
+        if problem:
+            return f"directory {directory!r}: {problem}"
+        if directory not in above:
+            return f"directory {directory!r}, which holds no file the commit writes"
+    return None
 
 
 def _roll_forward(root: Path, record: dict) -> None:
@@ -220,15 +342,16 @@ def _journal_temps(root: Path) -> Iterator[Path]:
 
 def recover(root: Path) -> Recovery:
     """Finish or undo a commit a crash interrupted (see the module docstring). Call with the
-    lock held. Raises :class:`JournalError` for a journal it cannot trust."""
+    lock held. Raises :class:`JournalError` for a journal it cannot trust, before anything
+    is removed (the journal's own temp files included)."""
+    journal = root / JOURNAL_NAME
+    record = _read(root, journal) if os.path.lexists(journal) else None
     removed = []
     for stale in _journal_temps(root):
         stale.unlink(missing_ok=True)
         removed.append(stale.name)
-    journal = root / JOURNAL_NAME
-    if not os.path.lexists(journal):
+    if record is None:
         return Recovery("rolled back" if removed else "", (), tuple(removed))
-    record = _read(journal)
     targets = tuple(m["target"] for m in record["moves"])
     if record["state"] == COMMITTED:
         _roll_forward(root, record)
@@ -249,7 +372,11 @@ def locked(lock_path: Path, timeout_s: float = 120.0) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{lock_path} is held by another gates command") from None
+                    raise TimeoutError(
+                        f"{lock_path} is held by another gates command (a promotion, demotion "
+                        f"or recovery in this project); waited {timeout_s:g} s for it: let it "
+                        "finish, then run this command again"
+                    ) from None
                 time.sleep(0.05)
         yield
     finally:

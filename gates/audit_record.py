@@ -8,7 +8,7 @@ from pathlib import Path
 
 from jsonschema import Draft202012Validator
 
-from gates import evidence, files
+from gates import evidence, jsonfile
 from gates.jsonpath import json_path
 
 AUDIT_SCHEMA = evidence.EVIDENCE_SCHEMA.parent / "audit.schema.json"
@@ -27,15 +27,11 @@ def load_record(path: Path) -> dict:
     """Read and schema-check an audit file (only a regular file, bounded), or raise
     AuditFileError saying why."""
     try:
-        data = json.loads(files.read_regular(path, MAX_AUDIT_BYTES).decode("utf-8"))
-    except OSError as exc:
-        raise AuditFileError(f"audit file {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise AuditFileError(f"audit file {path}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise AuditFileError(
-            f"audit file {path}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})"
-        ) from None
+        data = jsonfile.read_json(path, MAX_AUDIT_BYTES)
+    except FileNotFoundError as exc:
+        raise AuditFileError(f"audit file {path}: {exc.strerror}") from None
+    except jsonfile.JsonFileError as exc:  # a FIFO, too large, not UTF-8, not JSON, too deep
+        raise AuditFileError(f"audit file {exc}") from None
     validator = Draft202012Validator(json.loads(AUDIT_SCHEMA.read_text(encoding="utf-8")))
     errors = sorted(validator.iter_errors(data), key=lambda err: list(err.path))
     if errors:

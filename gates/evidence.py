@@ -23,7 +23,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from gates.files import read_regular, update_digest
+from gates import jsonfile
+from gates.files import update_digest
 from gates.jsonpath import json_path
 
 EVIDENCE_SCHEMA = Path(__file__).resolve().parent / "schemas" / "evidence.schema.json"
@@ -57,13 +58,11 @@ def schema_errors(evidence: Any) -> list[str]:
 def load(path: Path) -> dict:
     """Read and schema-check an evidence file, or raise EvidenceError saying why."""
     try:
-        data = json.loads(read_regular(path, MAX_EVIDENCE_BYTES).decode("utf-8"))
-    except OSError as exc:  # also a FIFO, a device, a symlink loop, a file too large
-        raise EvidenceError(f"{path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise EvidenceError(f"{path}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise EvidenceError(f"{path}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})") from None
+        data = jsonfile.read_json(path, MAX_EVIDENCE_BYTES)
+    except FileNotFoundError as exc:
+        raise EvidenceError(f"{path}: {exc.strerror}") from None
+    except jsonfile.JsonFileError as exc:  # a FIFO, too large, not UTF-8, not JSON, too deep
+        raise EvidenceError(str(exc)) from None
     errors = schema_errors(data)
     if errors:
         raise EvidenceError(
@@ -178,12 +177,15 @@ def host_info(extra_packages: tuple[str, ...] = ()) -> dict:
 
 
 #: What never makes a project dirty: what gates itself writes (contracts, evidence, its lock
-#: file), which a promotion changes and a concurrent one must not count, and byte-code caches.
+#: file, its commit journal and that journal's temp file), which a promotion changes and a
+#: concurrent command must not count, and byte-code caches.
 _DERIVED = (
     ".",
     ":(exclude)contracts",
     ":(exclude)evidence",
     ":(exclude).gates.lock",
+    ":(exclude).gates-journal.json",
+    ":(exclude,glob)..gates-journal.json.*.tmp",
     ":(exclude,glob)**/__pycache__/**",
 )
 

@@ -25,6 +25,12 @@ in between), and :func:`read_regular` reads at most its limit plus one byte, nev
 :class:`NotRegularFileError` naming what the path is: a FIFO, a device, a socket, a symlink
 loop or a dangling symlink (a directory: ``IsADirectoryError``, as ``open`` says).
 
+A child process of gates that cannot write a file its parent reads (the seam check's report,
+the test run's failures) prints :func:`child_write_failure` on stderr and fails; the parent
+calls :func:`raise_child_write_failure` first, which raises the child's OSError, naming the
+file, instead of reading a file that is cut short or missing (issue 31: a truncated report
+parsed anyway was "internal error: JSONDecodeError" on a full disk).
+
 Tests: .venv/bin/pytest tests/unit/gates/test_files.py
 """
 
@@ -34,6 +40,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -300,6 +307,26 @@ def update_digest(digest: hashlib._Hash, path: Path, chunk_bytes: int = CHUNK_BY
             digest.update(chunk)
             size += len(chunk)
     return size
+
+
+#: The line of :func:`child_write_failure`; its errno and file come back as an OSError.
+_CHILD_WRITE_FAILED = re.compile(
+    r"^shipgate: cannot write (?P<path>.*): \[Errno (?P<errno>\d+)\] .*$", re.MULTILINE
+)
+
+
+def child_write_failure(exc: OSError) -> str:
+    """The line a child process prints (stderr) when it cannot write ``exc.filename``."""
+    return f"shipgate: cannot write {exc.filename}: [Errno {exc.errno or errno.EIO}] {exc.strerror}"
+
+
+def raise_child_write_failure(output: str, what: str) -> None:
+    """If a child's ``output`` holds a :func:`child_write_failure` line, raise its OSError:
+    the same errno and file, ``what`` the file is for in the message."""
+    found = list(_CHILD_WRITE_FAILED.finditer(output))
+    if found:
+        code = int(found[-1]["errno"])
+        raise OSError(code, f"{os.strerror(code)} ({what})", found[-1]["path"])
 
 
 def sha256_file(path: Path, chunk_bytes: int = CHUNK_BYTES) -> str:

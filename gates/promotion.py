@@ -343,6 +343,8 @@ def promote(
         _recover(root)
         # Read the contract only once the lock is held: a concurrent promotion's edit is kept.
         contract, gate = load_gate(root, contract_path, gate_id)
+        ev_rel = evidence.evidence_path(contract.id, gate.id)
+        _require_inside(root, contract_path, root / ev_rel)  # before minutes of measuring
         git = evidence.git_info(root)
         if git["dirty"] and not allow_dirty:
             raise RefusedError(
@@ -364,7 +366,6 @@ def promote(
             raise RefusedError(
                 f"{gate_id} is {result.verdict}, not {to}:\n  - " + "\n  - ".join(result.reasons)
             )
-        ev_rel = evidence.evidence_path(contract.id, gate.id)
         text = _read_contract(contract_path)
         measured = result.evidence["measurements"][gate.threshold.metric]
         new_text, _ = contract_edit.apply(
@@ -381,7 +382,7 @@ def promote(
             ),
         )
         _verify_pair(root, contract_path, new_text, gate.id, result.evidence)
-        atomic.commit(
+        _commit(
             root,
             {
                 root / ev_rel: (json.dumps(result.evidence, indent=2) + "\n").encode(),
@@ -416,7 +417,7 @@ def demote(
         writes: dict[Path, bytes | None] = {contract_path: new_text.encode()}
         if gate.evidence:
             writes[root / gate.evidence] = None  # history stays in git
-        atomic.commit(root, writes)
+        _commit(root, writes)
         return new_version
 
 
@@ -436,6 +437,20 @@ def _recover(root: Path) -> atomic.Recovery:
         return atomic.recover(root)
     except atomic.JournalError as exc:
         raise RefusedError(str(exc)) from None
+
+
+def _require_inside(root: Path, *paths: Path) -> None:
+    """Refuse to write anything outside the project (gates.atomic.OutsideProjectError)."""
+    try:
+        atomic.require_inside(root, *paths)
+    except atomic.OutsideProjectError as exc:
+        raise RefusedError(str(exc)) from None
+
+
+def _commit(root: Path, writes: dict[Path, bytes | None]) -> None:
+    """gates.atomic.commit; a path outside the project is a refusal (nothing was written)."""
+    _require_inside(root, *writes)
+    atomic.commit(root, writes)
 
 
 def _read_contract(path: Path) -> str:

@@ -1,7 +1,10 @@
 """pytest plugin (entry point ``shipgate``): applies the mutant named by $SHIPGATE_MUTANT, and
 records how each failing test failed in the file named by $SHIPGATE_FAILURES (gates.testrun).
 
-Inactive unless the variables are set, so ordinary test runs are untouched. An unknown
+A failure it cannot append (a full disk) ends the run as an internal error with
+gates.files' ``child_write_failure`` line on stderr, so the parent names the file instead of
+reading a verdict from a record cut short. Inactive unless the variables are set, so
+ordinary test runs are untouched. An unknown
 mutant id is a usage error (exit 4), never a silent pass that would count as "survived"
 or a crash that would count as "killed".
 """
@@ -9,13 +12,15 @@ or a crash that would count as "killed".
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
-from gates import mutants, project, testrun
+from gates import files, mutants, project, testrun
 
 _FAILURES_FILE = pytest.StashKey[Path]()
+_WRITE_ERROR = pytest.StashKey[OSError]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -49,7 +54,22 @@ def _record(config: pytest.Config, report, excinfo) -> None:
     if path is None or not report.failed:
         return
     exc = excinfo.value if excinfo is not None else None
-    testrun.append_failure(path, testrun.failure_of(report.nodeid, report.when, exc))
+    try:
+        testrun.append_failure(path, testrun.failure_of(report.nodeid, report.when, exc))
+    except OSError as error:  # a full disk: reported once, at the end (sessionfinish)
+        config.stash.setdefault(_WRITE_ERROR, error)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A failure that could not be recorded makes the run's verdict unknown: say which file
+    on stderr (the parent raises it as an OSError) and end as an internal error."""
+    error = session.config.stash.get(_WRITE_ERROR, None)
+    if error is not None:
+        # The child-to-parent protocol line (files.raise_child_write_failure) the audit's
+        # parent reads from this pytest's stderr; not a message for a user.
+        sys.stderr.write(files.child_write_failure(error) + "\n")
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
 @pytest.hookimpl(hookwrapper=True)

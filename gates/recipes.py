@@ -32,6 +32,16 @@ the entries, is digested, and is renamed into place whole (a reader never sees h
 entry). ``by-recipe/<key>`` maps a recipe (its command, select, digest rules, the sha256 of
 its inputs, the Python version) to the digest it last built, so a second ``gates check`` of a
 gate with no evidence yet reuses the first one's build. Nothing here imports the project.
+
+**Nothing outside the cache.** The cache is disposable, so whatever in it is not what a build
+makes is a cache miss with a logged note, never followed and never a refusal (a rebuild is
+the cure, not a user's cleanup): a recorded or indexed digest that is not 64 lowercase hex
+digits (it is joined into a path); an index that is not a regular file; an entry that is not
+a real directory, or whose artifact is, or holds, a symlink. The rebuild then replaces what
+stood there, unlinking a symlink itself (never what it points to) and removing a real
+directory with ``shutil.rmtree``, which does not follow the symlinks inside it. A build
+whose artifact is a symlink, lies behind one, or holds one is refused: moving it into the
+cache could move a file from outside it, and a later hit would read outside it.
 """
 
 from __future__ import annotations
@@ -41,7 +51,9 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -49,6 +61,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from gates import files, jsonfile
 from gates.files import atomic_write_text, update_digest
 
 CACHE_ENV = "SHIPGATE_CACHE"
@@ -56,6 +69,14 @@ CACHE_ENV = "SHIPGATE_CACHE"
 DEFAULT_CACHE = Path(".cache") / "shipgate" / "artifacts"
 #: Lines of a failed build's stderr shown in the refusal.
 STDERR_TAIL = 20
+#: What a digest is, and so the only cache entry name: it is joined into a path.
+DIGEST = re.compile(r"[0-9a-f]{64}")
+#: Largest JSON/JSONL file parsed for its volatile keys: a run's metrics are megabytes.
+MAX_VOLATILE_BYTES = 1024 * 1024 * 1024
+#: Under the cache: one file per recipe key, holding the digest that recipe last built.
+INDEX_DIR = "by-recipe"
+#: An index file holds one digest and a newline; anything longer is not one.
+MAX_INDEX_BYTES = 4096
 
 
 class RecipeError(Exception):
@@ -130,17 +151,31 @@ def _canonical(obj) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def _jsonl_line(line: str, path: Path, number: int):
+    """One JSONL record; an error is placed at its line of the file."""
+    try:
+        return jsonfile.loads(line, path)
+    except jsonfile.JsonFileError as exc:
+        raise jsonfile.JsonFileError(path, exc.problem, number, exc.column) from None
+
+
 def canonical_json(path: Path, keys: tuple[str, ...]) -> bytes:
     """``path``'s JSON (or JSONL, line by line) without ``keys``, canonically serialised."""
     drop = frozenset(keys)
-    text = path.read_text(encoding="utf-8")
     try:
+        text = jsonfile.decode(files.read_regular(path, MAX_VOLATILE_BYTES), path)
         if path.suffix == ".jsonl":
-            lines = [_canonical(_drop(json.loads(x), drop)) for x in text.splitlines() if x.strip()]
+            lines = [
+                _canonical(_drop(_jsonl_line(line, path, n), drop))
+                for n, line in enumerate(text.splitlines(), start=1)
+                if line.strip()
+            ]
             return b"\n".join(lines)
-        return _canonical(_drop(json.loads(text), drop))
-    except json.JSONDecodeError as exc:
-        raise RecipeError(f"{path}: declared volatile but not JSON ({exc.msg})") from None
+        return _canonical(_drop(jsonfile.loads(text, path), drop))
+    except jsonfile.JsonFileError as exc:  # not UTF-8, not JSON, nested too deep
+        raise RecipeError(f"{exc} (declared volatile, so parsed)") from None
+    except OSError as exc:  # a FIFO, a device, larger than any run's JSON
+        raise RecipeError(f"{path}: {exc.strerror or exc} (declared volatile)") from None
 
 
 def digest(path: Path, recipe: Recipe | None = None) -> tuple[str, int]:
@@ -217,8 +252,49 @@ def cache_dir(root: Path) -> Path:
     return Path(env).expanduser().resolve() if env else (root / DEFAULT_CACHE).resolve()
 
 
-def cached(cache: Path, sha256: str, recipe: Recipe) -> Path | None:
-    """The cache entry of ``sha256`` if it is there and still digests to it."""
+Log = Callable[[str], None]
+
+
+def _symlink_in(path: Path) -> Path | None:
+    """The first symlink at or under ``path`` (not followed), or None."""
+    if path.is_symlink():
+        return path
+    if path.is_dir():
+        for folder, dirs, names in os.walk(path):  # followlinks=False: links are listed
+            for name in sorted(dirs + names):
+                if os.path.islink(os.path.join(folder, name)):
+                    return Path(folder, name)
+    return None
+
+
+def _entry_problem(cache: Path, sha256: str, recipe: Recipe) -> str | None:
+    """Why ``cache/<sha256>`` is not an entry a build made (then it is never read), or None
+    (including when there is none: a plain miss)."""
+    if not DIGEST.fullmatch(sha256):
+        return f"{sha256!r} is not a sha256 digest (64 lowercase hex digits)"
+    entry = cache / sha256
+    try:
+        mode = os.lstat(entry).st_mode
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(mode):
+        kind = "a symlink" if stat.S_ISLNK(mode) else "not a directory"
+        return f"{entry} is {kind}, not a directory a build made"
+    link = _symlink_in(entry / recipe.artifact_name)
+    if link is not None:
+        return f"{link} is a symlink (to {os.readlink(link)}); builds make none"
+    return None
+
+
+def cached(cache: Path, sha256: str, recipe: Recipe, log: Log | None = None) -> Path | None:
+    """The cache entry of ``sha256`` if it is there, a real directory with no symlink in its
+    artifact, and still digests to it; otherwise None (``log`` hears why, when it is
+    something other than absent)."""
+    problem = _entry_problem(cache, sha256, recipe)
+    if problem:
+        if log is not None:
+            log(f"gates: cache entry not used: {problem}")
+        return None
     path = cache / sha256 / recipe.artifact_name
     if path.exists() and digest(path, recipe)[0] == sha256:
         return path
@@ -234,9 +310,6 @@ class Built:
     source: str
 
 
-Log = Callable[[str], None]
-
-
 def _stderr(line: str) -> None:
     # See gates.promotion._log: a bare line on stderr unless the caller configured logging.
     logging.getLogger(__name__).warning(line)
@@ -248,20 +321,58 @@ def obtain(root: Path, recipe: Recipe, want: str | None = None, log: Log = _stde
     digest with ``want``."""
     cache = cache_dir(root)
     if want:
-        hit = cached(cache, want, recipe)
+        hit = cached(cache, want, recipe, log)
         if hit is not None:
             log(f"gates: using cached artifact {hit}")
             return Built(hit, want, digest(hit, recipe)[1], "cache")
-    index = cache / "by-recipe" / key(recipe, root)
-    if index.is_file():
-        last = index.read_text(encoding="utf-8").strip()
-        hit = cached(cache, last, recipe) if len(last) == 64 else None
-        if hit is not None:
-            log(f"gates: using cached artifact {hit} (built earlier from this recipe)")
-            return Built(hit, last, digest(hit, recipe)[1], "cache")
+    index = cache / INDEX_DIR / key(recipe, root)
+    last = _read_index(index, log)
+    hit = cached(cache, last, recipe, log) if last else None
+    if hit is not None:
+        log(f"gates: using cached artifact {hit} (built earlier from this recipe)")
+        return Built(hit, last, digest(hit, recipe)[1], "cache")
     built = build(root, recipe, cache, log)
+    _replace_unless_directory(cache / INDEX_DIR, log)
     atomic_write_text(index, built.sha256 + "\n")
     return built
+
+
+def _read_index(index: Path, log: Log) -> str | None:
+    """The digest ``index`` holds; None when there is none, or (noted) when it is no regular
+    file in a real index directory or holds something else."""
+    try:
+        parent_mode = os.lstat(index.parent).st_mode
+        mode = os.lstat(index).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log(f"gates: cache index not used: {index}: {exc.strerror or exc}")
+        return None
+    if not stat.S_ISDIR(parent_mode) or not stat.S_ISREG(mode):
+        log(f"gates: cache index not used: {index} is not a regular file in a directory")
+        return None
+    try:
+        text = files.read_regular(index, MAX_INDEX_BYTES).decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        log(f"gates: cache index not used: {index}: {exc}")
+        return None
+    if not DIGEST.fullmatch(text):
+        log(f"gates: cache index not used: {index} holds {text[:80]!r}, not a sha256 digest")
+        return None
+    return text
+
+
+def _replace_unless_directory(path: Path, log: Log) -> None:
+    """Make ``path`` (inside the cache) a real directory: a symlink or file standing there is
+    unlinked (the link itself, never what it points to), a real directory kept."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISDIR(mode):
+        log(f"gates: replacing {path}: a symlink or file where the cache keeps a directory")
+        os.unlink(path)
+    path.mkdir(exist_ok=True)
 
 
 def _argv(recipe: Recipe, out: Path) -> list[str]:
@@ -269,6 +380,36 @@ def _argv(recipe: Recipe, out: Path) -> list[str]:
     if argv[0] == "python":
         argv[0] = sys.executable
     return argv
+
+
+def _require_real(artifact: Path, work: Path, shown: str) -> None:
+    """Refuse an artifact that is a symlink, lies behind one (``select`` through a link the
+    command made) or holds one: the cache keeps real files, inside it."""
+    real_work = os.path.realpath(work)
+    if os.path.commonpath([os.path.realpath(artifact.parent), real_work]) != real_work:
+        raise RecipeError(
+            f"{shown}: {artifact.relative_to(work)} lies behind a symlink leading out of the "
+            "build directory; write the artifact itself at {out}"
+        )
+    link = _symlink_in(artifact)
+    if link is not None:
+        raise RecipeError(
+            f"{shown}: {link.relative_to(work)} is a symlink (to {os.readlink(link)}); the "
+            "cache keeps real files only: copy what it points to"
+        )
+
+
+def _remove_entry(target: Path) -> None:
+    """Remove what stands at ``target`` (in the cache): a symlink or file is unlinked (never
+    what it points to), a directory removed with rmtree (which does not follow links)."""
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(target)
+    else:
+        os.unlink(target)
 
 
 def build(root: Path, recipe: Recipe, cache: Path, log: Log = _stderr) -> Built:
@@ -304,18 +445,19 @@ def build(root: Path, recipe: Recipe, cache: Path, log: Log = _stderr) -> Built:
             tail = "\n".join(done.stderr.strip().splitlines()[-STDERR_TAIL:])
             raise RecipeError(f"{shown} exited with {done.returncode}:\n{tail}")
         artifact = out / recipe.select if recipe.select else out
-        if not artifact.exists():
+        if not os.path.lexists(artifact):
             raise RecipeError(f"{shown} exited 0 but wrote no {artifact.relative_to(work)}")
+        _require_real(artifact, work, shown)
         sha256, size = digest(artifact, recipe)
         entry = work / "entry"
         entry.mkdir()
         artifact.rename(entry / recipe.artifact_name)
-        target = cache / sha256
+        target = cache / sha256  # sha256 is our own hex digest: directly inside the cache
         try:
             entry.rename(target)
         except OSError:
-            if cached(cache, sha256, recipe) is None:  # a broken entry: replace it
-                shutil.rmtree(target, ignore_errors=True)
+            if cached(cache, sha256, recipe, log) is None:  # a broken entry: replace it
+                _remove_entry(target)
                 entry.rename(target)
         path = target / recipe.artifact_name
         log(f"gates: built {path} (sha256 {sha256[:16]}…, {size} bytes)")

@@ -212,7 +212,8 @@ RULES: dict[str, Rule] = {
         Rule(
             "EVIDENCE-INVALID",
             _E,
-            "an evidence file is not valid evidence JSON",
+            "an evidence file cannot be read as JSON (a special file, too large, not UTF-8, "
+            "nested too deep) or is not valid evidence; the message names it",
             "regenerate it with `gates promote`; see gates/schemas/evidence.schema.json",
         ),
         Rule(

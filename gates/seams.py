@@ -21,7 +21,8 @@ runs. A seam is
 A mutant with a missing or incompatible seam, or whose application raises, is *seam-broken*.
 The check runs in a child process, ``python -m gates.seams --root DIR --out FILE ID...``
 (importing the mutants imports the project; the audit's own process stays clean of it),
-which writes one JSON object per mutant.
+which writes one JSON object per mutant, atomically; a report it cannot write (a full disk)
+is an OSError naming the file in the audit, never a report read half-written.
 """
 
 from __future__ import annotations
@@ -42,13 +43,15 @@ from pathlib import Path
 
 import pytest
 
-from gates import mutants
+from gates import exit_codes, files, jsonfile, mutants
 
 OK, MISSING, INCOMPATIBLE, UNCHECKED = "ok", "missing", "incompatible", "unchecked"
 BROKEN = (MISSING, INCOMPATIBLE)
 
 #: Above this many parameters the (n+1)·2^n calls of a signature are not enumerated.
 _MAX_PARAMETERS = 14
+#: The child's report: a few hundred bytes a mutant.
+MAX_REPORT_BYTES = 64 * 1024 * 1024
 _UNSET = object()
 
 P = inspect.Parameter
@@ -309,12 +312,19 @@ def check(root: Path, mutant_ids: list[str], timeout_s: float = 600) -> dict[str
                 timeout=timeout_s,
                 check=False,
             )
+            # A report it could not write (a full disk) is an I/O error naming the file,
+            # not a seam problem of every mutant.
+            files.raise_child_write_failure(proc.stderr, "the seam check's report")
             why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+            done = proc.returncode == 0
         except subprocess.TimeoutExpired:
-            why = f"the seam check timed out after {timeout_s} s"
-        if out.is_file():
-            found = json.loads(out.read_text(encoding="utf-8"))
-            return {m: SeamReport.from_json(m, found[m]) for m in mutant_ids}
+            why, done = f"the seam check timed out after {timeout_s} s", False
+        if done and out.is_file():  # written whole or not at all (main)
+            try:
+                found = jsonfile.read_json(out, MAX_REPORT_BYTES)
+                return {m: SeamReport.from_json(m, found[m]) for m in mutant_ids}
+            except (jsonfile.JsonFileError, KeyError, TypeError) as exc:
+                why = f"its report is unusable: {exc}"
     return {m: SeamReport(m, error=f"the seam check could not run: {why}") for m in mutant_ids}
 
 
@@ -331,8 +341,15 @@ def main(argv: list[str] | None = None) -> int:
         reports = [SeamReport(m, error=why) for m in args.mutants]
     else:
         reports = [apply_dry(m) for m in args.mutants]
-    args.out.write_text(json.dumps({r.mutant: r.to_json() for r in reports}, indent=1) + "\n")
-    return 0
+    report = json.dumps({r.mutant: r.to_json() for r in reports}, indent=1) + "\n"
+    try:  # whole or not at all: the parent never reads half a report
+        files.atomic_write_bytes(args.out, report.encode())
+    except OSError as exc:
+        # A line of the child-to-parent protocol (files.raise_child_write_failure), not a
+        # diagnostic for a user: it goes to the stream the parent reads, as it is.
+        sys.stderr.write(files.child_write_failure(exc) + "\n")
+        return exit_codes.USAGE
+    return exit_codes.OK
 
 
 if __name__ == "__main__":

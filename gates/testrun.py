@@ -6,11 +6,14 @@ that fails on an assertion (its check fired) kills a mutant; one that dies of a 
 a drifted seam does not. So the child pytest is told a file in $SHIPGATE_FAILURES, and the
 shipgate plugin (gates.pytest_plugin) appends one JSON line per failing report to it: the
 phase, the exception's type and first line, whether it is an assertion, and the module it
-was raised in. ``TestOutcome.failures`` holds them, in the order they happened.
+was raised in. ``TestOutcome.failures`` holds them, in the order they happened. A file the
+child could not write (a full disk) is an OSError naming it (gates.files
+``raise_child_write_failure``), never a verdict read from half a file.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -20,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gates import mutants
+from gates import files, jsonfile, mutants
 
 #: pytest exit codes: 0 all passed, 1 some failed; anything else is not a verdict.
 _OUTCOMES = {0: "passed", 1: "failed"}
@@ -31,6 +34,8 @@ FAILURES_VAR = "SHIPGATE_FAILURES"
 
 #: Longest first line of an exception message kept; the full text is in the output.
 _MESSAGE_CHARS = 300
+#: A failures file holds a line per failing report, and a run stops at the first (-x).
+MAX_FAILURES_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -112,15 +117,32 @@ def failure_of(node: str, phase: str, exc: BaseException | None) -> Failure:
 
 
 def append_failure(path: Path, failure: Failure) -> None:
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(failure.__dict__) + "\n")
+    """Append one line to the failures file; an OSError names it (a flush's does not)."""
+    try:
+        with path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(failure.__dict__) + "\n")
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
 
 
 def read_failures(path: Path) -> tuple[Failure, ...]:
+    """The failures the child recorded. A line that is not one (cut short: the child died
+    writing it) is an OSError naming the file: the run's outcome is unknown."""
     if not path.is_file():
         return ()
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return tuple(Failure(**json.loads(line)) for line in lines if line.strip())
+    text = jsonfile.decode(files.read_regular(path, MAX_FAILURES_BYTES), path)
+    failures = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            failures.append(Failure(**jsonfile.loads(line, path)))
+        except (jsonfile.JsonFileError, TypeError) as exc:  # TypeError: not its fields
+            why = exc.problem if isinstance(exc, jsonfile.JsonFileError) else str(exc)
+            raise OSError(
+                errno.EIO, f"line {number} is not a whole failure record ({why})", str(path)
+            ) from None
+    return tuple(failures)
 
 
 def run_node(
@@ -149,9 +171,12 @@ def run_node(
                 timeout=timeout_s,
                 check=False,
             )
+            files.raise_child_write_failure(proc.stderr, "the test run's record of its failures")
             outcome, output = _OUTCOMES.get(proc.returncode, "error"), proc.stdout + proc.stderr
         except subprocess.TimeoutExpired:
             outcome, output, timed_out = "error", f"timed out after {timeout_s} s", True
         seconds = round(time.perf_counter() - start, 3)
-        failures = read_failures(failures_file)
+        # A run killed at its deadline may have been cut off mid-line: its failures do not
+        # decide anything (the outcome is a timeout), so they are not read.
+        failures = () if timed_out else read_failures(failures_file)
     return TestOutcome(node, mutant, outcome, seconds, output, failures, timed_out)

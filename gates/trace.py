@@ -23,7 +23,10 @@ are set in ``os.environ`` for the duration (restored after), so the pytest run o
 (``trainer apply``, tools/bench_bpe.py, torchrun workers…) inherit them. The sitecustomize
 installs the same hook and appends each newly seen path under the project at once to
 ``$SHIPGATE_TRACE_DIR/<pid>.paths`` (not at exit, so a killed or ``os._exit`` child still
-counts); a forked child of this process does the same.
+counts); a forked child of this process does the same. A process that cannot write its
+report (a full disk) leaves ``<pid>.failed-<errno>`` (an empty file) and reports no more; the
+recording then raises that OSError naming the report, as for a last line cut short: sources
+silently missing would make stale evidence look fresh.
 
 Limits (an under-approximation there; docs/evidence.md):
 
@@ -50,6 +53,7 @@ directories and ``__pycache__``), except what gates writes itself (:data:`EXCLUD
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.util
 import inspect
 import os
@@ -90,11 +94,24 @@ def _shipgate_trace():
     roots = [r for r in _os.environ.get("SHIPGATE_TRACE_ROOTS", "").split(_os.pathsep) if r]
     prefixes = tuple(r.rstrip(_os.sep) + _os.sep for r in roots)
     seen = set()
-    state = {"pid": None, "fd": None, "opening": False}
+    state = {"pid": None, "fd": None, "opening": False, "failed": None}
     flags = _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT | getattr(_os, "O_CLOEXEC", 0)
 
+    def failed(pid, error):
+        # The report is cut short (a full disk): say so in a name, an empty file that needs
+        # no data block, for the parent to raise; report nothing more from this process.
+        state["failed"] = pid
+        state["opening"] = True
+        try:
+            marker = "%d.failed-%d" % (pid, error.errno or 5)
+            _os.close(_os.open(_os.path.join(out, marker), flags, 0o600))
+        except OSError:
+            pass  # the parent still sees a last line cut short
+        finally:
+            state["opening"] = False
+
     def hook(event, args):
-        if event != "open" or state["opening"]:
+        if event != "open" or state["opening"] or state["failed"] == _os.getpid():
             return
         try:
             path = args[0]
@@ -115,7 +132,11 @@ def _shipgate_trace():
                 finally:
                     state["opening"] = False
                 state["pid"] = pid
-            _os.write(state["fd"], (path + "\\n").encode("utf-8", "surrogateescape"))
+            data = (path + "\\n").encode("utf-8", "surrogateescape")
+            while data:  # a short write is followed by the error that cut it
+                data = data[_os.write(state["fd"], data) :]
+        except OSError as error:
+            failed(_os.getpid(), error)
         except Exception:
             pass
 
@@ -195,7 +216,7 @@ class Recording:
         _stack.append(self)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         _stack.remove(self)
         for key, value in self._saved.items():
             if value is None:
@@ -203,6 +224,7 @@ class Recording:
             else:
                 os.environ[key] = value
         assert self.trace_dir is not None and self._tmp is not None
+        lost = _lost_report(self.trace_dir)
         for report in sorted(self.trace_dir.glob("*.paths")):
             text = report.read_bytes().decode("utf-8", "surrogateescape")
             self.seen.update(line for line in text.split("\n") if line)
@@ -210,13 +232,34 @@ class Recording:
             _stack[-1].seen |= self.seen
         shutil.rmtree(self._tmp, ignore_errors=True)
         self.trace_dir = self._tmp = None
+        if lost is not None and exc_type is None:  # else the block's own error is the one
+            raise lost
+
+
+def _lost_report(trace_dir: Path) -> OSError | None:
+    """The error of a traced process that could not write all of its report (a full disk):
+    a ``<pid>.failed-<errno>`` marker, or a last line cut short. Its sources would be
+    incomplete, so the recording fails, naming the report file."""
+    for marker in sorted(trace_dir.glob("*.failed-*")):
+        pid, _, code = marker.name.partition(".failed-")
+        number = int(code) if code.isdigit() else errno.EIO
+        return OSError(number, f"{os.strerror(number)} {_LOST}", str(trace_dir / f"{pid}.paths"))
+    for report in sorted(trace_dir.glob("*.paths")):
+        data = report.read_bytes()
+        if data and not data.endswith(b"\n"):
+            return OSError(errno.EIO, f"cut short {_LOST}", str(report))
+    return None
+
+
+#: What a lost report means, in the error.
+_LOST = "(where a traced process records the files it reads: its sources would be incomplete)"
 
 
 #: Recordings in progress, innermost last; the hook reports to every one of them.
 _stack: list[Recording] = []
 _installed: list[bool] = []  # [True] once the hook is in (a list: no `global` needed)
 _pid = os.getpid()
-_child = {"pid": None, "fd": None, "opening": False}  # a forked child's report file
+_child = {"pid": None, "fd": None, "opening": False, "failed": None}  # a forked child's report
 
 
 def _path_of(arg: object) -> str | None:
@@ -233,6 +276,8 @@ def _path_of(arg: object) -> str | None:
 
 def _hook(event: str, args: tuple) -> None:
     if event != "open" or not _stack or _child["opening"]:
+        return
+    if _child["failed"] is not None and _child["failed"] == os.getpid():
         return
     path = _path_of(args[0])
     if path is None:
@@ -256,9 +301,25 @@ def _hook(event: str, args: tuple) -> None:
             finally:
                 _child["opening"] = False
             _child["pid"] = pid
-        os.write(_child["fd"], (path + "\n").encode("utf-8", "surrogateescape"))
+        data = (path + "\n").encode("utf-8", "surrogateescape")
+        while data:  # a short write is followed by the error that cut it
+            data = data[os.write(_child["fd"], data) :]
+    except OSError as error:
+        _child_failed(pid, error)
+
+
+def _child_failed(pid: int, error: OSError) -> None:
+    """A forked child could not write its report: leave the marker the parent raises
+    (SITECUSTOMIZE's ``failed``), and report nothing more from this process."""
+    _child["failed"] = pid
+    _child["opening"] = True
+    try:
+        marker = os.path.join(_stack[-1].trace_dir, f"{pid}.failed-{error.errno or errno.EIO}")
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
     except OSError:
-        pass
+        pass  # the parent still sees a last line cut short
+    finally:
+        _child["opening"] = False
 
 
 def _install() -> None:

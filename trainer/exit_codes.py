@@ -25,6 +25,10 @@ returned it (`trainer pipeline` passes `trainer apply`'s on):
                         last good checkpoint on stderr, status save_failed in
                         training_state.json and the run store; `trainer pipeline` neither
                         exports nor scores it
+    130, 143        SIGNALLED_BASE + the signal's number: `trainer pipeline` whose training
+                    run SIGINT or SIGTERM stopped (after a step and its checkpoint): not
+                    done, nothing exported, the next run resumes it; SIGINT in another
+                    stage: that stage not recorded done
     141  BROKEN_PIPE    standard output closed by its reader (`trainer runs ls | head`)
 
 Under torchrun the launcher's own status is 1 whenever a rank exits non-zero.
@@ -42,3 +46,4 @@ from gates.exit_codes import (  # noqa: F401 - re-exported: the trainer's names 
 ALERT_STOPPED = 4
 ABORTED = 5
 SAVE_FAILED = 6
+SIGNALLED_BASE = 128  # the shell's convention: a job a signal ended exits 128 + its number

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from gates import files, freshness, machine_paths, project, semver
+from gates import freshness, jsonfile, machine_paths, project, semver
 from gates.checks import audit_rules
 from gates.contract import Contract, Gate
 from gates.evidence import MAX_EVIDENCE_BYTES, schema_errors
@@ -114,29 +113,14 @@ def _gate_evidence(c: Contract, gate: Gate, root: Path, commits: CommitIndex) ->
             at_key=False,
         )
     try:
-        raw = files.read_regular(root / gate.evidence, MAX_EVIDENCE_BYTES)
+        evidence = jsonfile.read_json(root / gate.evidence, MAX_EVIDENCE_BYTES)
     except FileNotFoundError:
         yield Issue(
             "EVIDENCE-MISSING", where, f"{gate.evidence} does not exist under {root}", at_key=False
         )
         return
-    except OSError as exc:  # a FIFO, a device, a symlink loop, a directory, too large
-        yield Issue(
-            "EVIDENCE-INVALID", where, f"{gate.evidence}: {exc.strerror or exc}", at_key=False
-        )
-        return
-    try:
-        evidence = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        yield Issue("EVIDENCE-INVALID", where, f"{gate.evidence} is not UTF-8 text", at_key=False)
-        return
-    except json.JSONDecodeError as exc:
-        yield Issue(
-            "EVIDENCE-INVALID",
-            where,
-            f"{gate.evidence}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})",
-            at_key=False,
-        )
+    except jsonfile.JsonFileError as exc:  # special, too large, not UTF-8, not JSON, too deep
+        yield Issue("EVIDENCE-INVALID", where, exc.located(gate.evidence), at_key=False)
         return
     errors = schema_errors(evidence)
     if errors:

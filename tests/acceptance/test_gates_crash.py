@@ -324,3 +324,64 @@ def test_a_journal_gates_cannot_read_is_a_refusal_that_touches_nothing(
     err = capsys.readouterr().err
     assert "refused" in err and atomic.JOURNAL_NAME in err and "by hand" in err
     assert tree(pristine) == {**before, ".gates.lock": b""}
+
+
+@pytest.mark.parametrize("command", [["list"], ["promote", GATE, "--artifact", "artifact.txt"]])
+@pytest.mark.parametrize(
+    "target", ["{victim}", "../outside/victim.txt"], ids=["absolute", "dotdot"]
+)
+def test_a_journal_naming_a_file_outside_the_project_is_refused_by_every_command(
+    pristine, monkeypatch, capsys, command, target
+):
+    """Issue 31: a journal committed or dropped into a checkout must not make the next
+    command remove a file outside it ("removed /tmp/victim.txt"); the refusal names the
+    journal and the path, and leaves both where they are."""
+    victim = pristine.parent.parent / "outside" / "victim.txt"
+    victim.parent.mkdir()
+    victim.write_text("someone else's\n")
+    forged = {"state": "committed", "dirs": [], "moves": []}
+    forged["moves"] = [{"target": target.format(victim=victim), "tmp": None}]
+    (pristine / atomic.JOURNAL_NAME).write_text(json.dumps(forged))
+    before = tree(pristine)
+    monkeypatch.chdir(pristine)
+    capsys.readouterr()
+    assert gates_cli.main(command) == 1
+    err = capsys.readouterr().err
+    assert "refused, nothing changed" in err and atomic.JOURNAL_NAME in err, err
+    assert "victim.txt" in err and "Traceback" not in err, err
+    assert victim.read_text() == "someone else's\n"
+    assert tree(pristine) == {**before, ".gates.lock": b""}
+
+
+def test_a_contract_outside_the_project_root_is_refused_before_it_is_measured(
+    pristine, tmp_path, monkeypatch, capsys
+):
+    """commit() writes only inside the root: a contract given from elsewhere with --root is
+    refused up front (no measurement, nothing written); the same contract inside promotes."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copy(pristine / CONTRACT, elsewhere / CONTRACT.name)
+    before, outside = tree(pristine), tree(elsewhere)
+    real_check, measured = promotion.check, []
+
+    def counted(*args, **kwargs) -> promotion.CheckResult:
+        measured.append(args)
+        return real_check(*args, **kwargs)
+
+    monkeypatch.setattr(promotion, "check", counted)
+    with pytest.raises(promotion.RefusedError, match="outside the project root"):
+        promotion.promote(pristine, elsewhere / CONTRACT.name, GATE, [pristine / "artifact.txt"])
+    assert measured == []
+    assert tree(elsewhere) == outside
+    assert tree(pristine) == {**before, ".gates.lock": b""}
+    result = promotion.promote(pristine, pristine / CONTRACT, GATE, [pristine / "artifact.txt"])
+    assert result.verdict == "PASS" and len(measured) == 1
+    # A demotion of a contract outside (it measures nothing): refused at its commit, exit 1.
+    shutil.copy(pristine / CONTRACT, elsewhere / CONTRACT.name)
+    before, outside = tree(pristine), tree(elsewhere)
+    argv = ["demote", GATE, "--reason", "r", "--files", str(elsewhere / CONTRACT.name)]
+    capsys.readouterr()
+    assert gates_cli.main([*argv, "--root", str(pristine)]) == 1
+    err = capsys.readouterr().err
+    assert "refused, nothing changed" in err and "outside the project root" in err, err
+    assert (tree(pristine), tree(elsewhere)) == (before, outside)

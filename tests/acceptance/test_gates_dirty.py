@@ -1,6 +1,6 @@
 """Evidence's `git.dirty`: any uncommitted change in the project counts, wherever it lives,
-except what gates writes itself (contracts, evidence, its lock) — the framework cannot know
-which files of a foreign project a measurement reads."""
+except what gates writes itself (contracts, evidence, its lock and journal) — the framework
+cannot know which files of a foreign project a measurement reads."""
 
 from __future__ import annotations
 
@@ -36,7 +36,15 @@ def test_a_change_anywhere_in_the_project_is_dirty(root: Path, change: str):
 
 @pytest.mark.parametrize(
     "change",
-    ["contracts/widget-v1.yaml", "evidence/C-WIDGET/x.json", ".gates.lock", "__pycache__/w.pyc"],
+    [
+        "contracts/widget-v1.yaml",
+        "evidence/C-WIDGET/x.json",
+        ".gates.lock",
+        "__pycache__/w.pyc",
+        # A concurrent command's commit journal and its temp file (issue 31): not the user's.
+        ".gates-journal.json",
+        "..gates-journal.json.a1b2c3d4.tmp",
+    ],
 )
 def test_what_gates_writes_itself_is_not_dirt(root: Path, change: str):
     path = root / change

@@ -308,3 +308,165 @@ def test_two_builds_of_the_loop_run_in_different_directories_digest_the_same(tmp
                        for p in out.rglob("*") if p.is_file() and p.suffix != ".db")  # fmt: skip
         digests.append(recipes.digest(out, LOOP_RUN))
     assert digests[0] == digests[1]
+
+
+# --- nothing outside the cache (issue 31) --------------------------------------------------
+
+
+def _obtain(root: Path, notes: list[str], want: str | None = None) -> recipes.Built:
+    """recipes.obtain, its notes collected; any error fails the test (it must not crash)."""
+    try:
+        return recipes.obtain(root, RECIPE, want, log=notes.append)
+    except Exception as exc:  # a crash on a bad cache is the bug shown here
+        pytest.fail(f"obtain crashed on a bad cache entry: {exc!r}")
+
+
+def _digested(monkeypatch) -> list[Path]:
+    """Every path recipes.digest is asked to hash from now on (resolved)."""
+    seen: list[Path] = []
+    real = recipes.digest
+
+    def spy(path: Path, recipe: recipes.Recipe | None = None) -> tuple[str, int]:
+        seen.append(Path(path).resolve())
+        return real(path, recipe)
+
+    monkeypatch.setattr(recipes, "digest", spy)
+    return seen
+
+
+def _outside(root: Path) -> Path:
+    outside = root.parent / "outside"
+    outside.mkdir(exist_ok=True)
+    return outside
+
+
+def test_an_index_holding_a_path_is_a_miss_never_followed(project, monkeypatch):
+    root, _ = project
+    notes: list[str] = []
+    first = _obtain(root, notes)
+    index = root.parent / "cache" / "by-recipe" / recipes.key(RECIPE, root)
+    assert index.read_text() == first.sha256 + "\n"
+    # 64 characters, as a digest is, naming a planted artifact outside the cache.
+    forged = "../outside/" + "x" * (64 - len("../outside/"))
+    planted = root.parent / "outside" / forged.rsplit("/", 1)[1] / RECIPE.artifact_name
+    planted.parent.mkdir(parents=True)
+    planted.write_text(first.path.read_text())
+    index.write_text(forged + "\n")
+    digested = _digested(monkeypatch)
+    again = _obtain(root, notes)
+    assert again.source == "built" and builds(root) == 2
+    assert [p for p in digested if p.is_relative_to(root.parent / "outside")] == []
+    assert any("not a sha256 digest" in note for note in notes), notes
+    # Two-sided: the index is rewritten, and a digest it holds is used again.
+    assert index.read_text() == first.sha256 + "\n"
+    assert _obtain(root, notes).source == "cache" and builds(root) == 2
+
+
+@pytest.mark.parametrize("link", ["entry", "artifact"])
+def test_a_cache_entry_through_a_symlink_leading_out_is_rebuilt_not_read(
+    project, monkeypatch, link
+):
+    root, _ = project
+    notes: list[str] = []
+    first = _obtain(root, notes)
+    entry, outside = first.path.parent, _outside(root)
+    if link == "entry":  # the whole entry: a link to a directory holding the right bytes
+        entry.rename(outside / "entry")
+        entry.symlink_to(outside / "entry")
+        kept = outside / "entry" / RECIPE.artifact_name
+    else:  # a real entry whose artifact is a link to a file holding the right bytes
+        kept = outside / RECIPE.artifact_name
+        first.path.rename(kept)
+        first.path.symlink_to(kept)
+    digested = _digested(monkeypatch)
+    again = _obtain(root, notes, want=first.sha256)
+    assert again.source == "built" and builds(root) == 2
+    assert any("symlink" in note for note in notes), notes
+    assert [p for p in digested if p.is_relative_to(outside)] == []
+    assert kept.read_text() == again.path.read_text()  # what the link led to: untouched
+    assert not entry.is_symlink() and not again.path.is_symlink()
+    assert again.path == first.path and again.sha256 == first.sha256
+    # Two-sided: the rebuilt entry is a hit.
+    assert _obtain(root, notes, want=first.sha256).source == "cache" and builds(root) == 2
+
+
+def test_an_index_directory_that_is_a_symlink_leading_out_is_never_written_through(
+    project, monkeypatch
+):
+    root, _ = project
+    outside = _outside(root)
+    by_recipe = root.parent / "cache" / "by-recipe"
+    by_recipe.parent.mkdir()
+    by_recipe.symlink_to(outside)
+    notes: list[str] = []
+    built = _obtain(root, notes)
+    assert list(outside.iterdir()) == []
+    assert by_recipe.is_dir() and not by_recipe.is_symlink()
+    assert (by_recipe / recipes.key(RECIPE, root)).read_text() == built.sha256 + "\n"
+    assert _obtain(root, notes).source == "cache" and builds(root) == 1
+
+
+LINKING = """\
+import os, sys
+from pathlib import Path
+out, how, victim = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+if how == "is-a-link":
+    os.symlink(victim, out)
+else:
+    out.mkdir()
+    (out / "real.txt").write_text("made here\\n")
+    if how == "behind-a-link":
+        os.symlink(victim.parent, out / "data")
+    elif how == "holds-a-link":
+        os.symlink(victim, out / "link.txt")
+"""
+
+
+@pytest.mark.parametrize(
+    ("how", "select"),
+    [("is-a-link", None), ("behind-a-link", "data/victim.txt"), ("holds-a-link", None),
+     ("real", None)],
+)  # fmt: skip
+def test_a_build_whose_artifact_is_or_holds_a_symlink_is_refused_and_moves_nothing(
+    tmp_path, how, select
+):
+    (tmp_path / "make.py").write_text(LINKING)
+    victim = tmp_path / "outside" / "victim.txt"
+    victim.parent.mkdir()
+    victim.write_text("not the build's\n")
+    recipe = recipes.Recipe(
+        command=("python", "make.py", "{out}", how, str(victim)), select=select, name="art"
+    )
+    cache = tmp_path / "cache"
+    if how == "real":  # two-sided: a real directory of real files is built and cached
+        try:
+            built = recipes.build(tmp_path, recipe, cache, log=lambda line: None)
+        except recipes.RecipeError as exc:
+            pytest.fail(f"a build of real files was refused: {exc}")
+        assert (built.path / "real.txt").read_text() == "made here\n"
+        assert [p.name for p in cache.iterdir()] == [built.sha256]
+    else:
+        with pytest.raises(recipes.RecipeError, match="symlink"):
+            recipes.build(tmp_path, recipe, cache, log=lambda line: None)
+        assert list(cache.iterdir()) == []  # no entry, no temporary build directory
+    assert victim.read_text() == "not the build's\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "place"),
+    [
+        ("manifest.json", "[" * 200_000, "manifest.json:1:257"),
+        ("train/metrics.jsonl", '{"step": 1}\n' + "[" * 200_000, "metrics.jsonl:2:257"),
+    ],
+)
+def test_a_volatile_file_nested_200000_deep_is_an_error_naming_it(tmp_path, name, content, place):
+    a = _artifact(tmp_path)
+    (a / name).write_text(content)
+    try:
+        recipes.digest(a, RULES)
+    except recipes.RecipeError as exc:
+        assert f"{place}: JSON nested deeper than 256 levels" in str(exc), exc
+    except Exception as exc:  # a RecursionError names no file: the bug shown here
+        pytest.fail(f"digest crashed: {exc!r}")
+    else:
+        pytest.fail("digested a volatile file nested 200,000 deep")

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from tests.tree import files_under
 from tests.unit.trainer.loop_support import (  # noqa: F401 - one_thread is a fixture
     encode_test_corpus,
     one_thread,
@@ -102,3 +105,47 @@ def test_shards_of_another_vocabulary_are_refused_before_anything_is_written(
     assert rc == 1
     assert f"vocab_size {vocab + 8} != {vocab}" in err, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_second_writer_of_a_run_directory_is_refused_naming_the_first(
+    corpus, tmp_path, capsys, resume
+):
+    """Issue 31: two `trainer apply` on one --out wrote every step twice. While another
+    process holds the run directory's writer lock (what a running apply holds), apply -
+    fresh or --resume - is refused naming that process, and the directory is unchanged."""
+    data, tok = corpus
+    config = write_run_config(
+        tmp_path / "run.yaml", data, tok, tmp_path / "unused", max_steps=4, warmup_steps=0
+    )
+    out = tmp_path / "out"
+    argv = ["apply", str(config), "--out", str(out), "--device", "cpu"]
+    if resume:
+        assert cli.main([*argv, "--max-steps", "2"]) == 0, capsys.readouterr().err
+        argv.append("--resume")
+    capsys.readouterr()
+    before = files_under(out)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(out)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        rc = cli.main(argv)
+        err = capsys.readouterr().err
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert rc == 1, err
+    assert f"another process is writing this run directory: pid {holder.pid} (" in err, err
+    assert files_under(out) == before
+    assert cli.main(argv) == 0, capsys.readouterr().err  # the holder gone, it runs
+
+
+HOLD_LOCK = """
+import sys, time
+from pathlib import Path
+from trainer.runfiles.lock import writer_lock
+with writer_lock(Path(sys.argv[1]), "test holder"):
+    print("locked", flush=True)
+    time.sleep(120)
+"""

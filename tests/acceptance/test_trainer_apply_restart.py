@@ -21,6 +21,7 @@ from tests.unit.trainer.loop_support import (  # noqa: F401 - one_thread is a fi
     write_run_config,
 )
 from trainer import cli
+from trainer.runfiles.names import WRITER_LOCK_FILE
 
 
 @pytest.fixture(scope="module")
@@ -79,21 +80,21 @@ def test_a_run_killed_before_its_first_checkpoint_is_restarted_not_resumed(
     )
     out = tmp_path / "out"
     _run_without_checkpoint(capsys, config, out)
-    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    before = {p.name: p.read_bytes() for p in out.iterdir() if _run_file(p)}
 
     rc, _, err = _apply(capsys, config, out, "--resume")
     assert rc == 1, err
     assert "no checkpoint" in err and "--restart" in err and "2 step(s)" in err, err
     rc, _, err = _apply(capsys, config, out)  # a plain start says the same way on
     assert rc == 1 and "already holds a run" in err and "--restart" in err, err
-    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    assert {p.name: p.read_bytes() for p in out.iterdir() if _run_file(p)} == before
 
     rc, stdout, err = _apply(capsys, config, out, "--restart", "--max-steps", "3")
     assert rc == 0, err
     assert "3 steps" in stdout and "resumed" not in stdout
     assert _steps(out) == [1, 2, 3]  # the new run's steps, each once
     aside = out / "before-restart-1"
-    assert {p.name: p.read_bytes() for p in aside.iterdir() if p.is_file()} == before
+    assert {p.name: p.read_bytes() for p in aside.iterdir() if _run_file(p)} == before
     assert (out / "checkpoints" / "step-00000003").is_dir()
 
     # Now it has a checkpoint: it is resumed, and a restart is refused.
@@ -106,9 +107,34 @@ def test_a_run_killed_before_its_first_checkpoint_is_restarted_not_resumed(
     assert rc == 0 and "resumed after step 3" in stdout, err
 
 
+def _run_file(path: Path) -> bool:
+    """A file the run wrote (the writer lock records who took it, not what was run)."""
+    return path.is_file() and path.name != WRITER_LOCK_FILE
+
+
 def test_resume_of_a_directory_without_any_run_says_so(corpus, tmp_path, capsys):
     data, tok = corpus
     config = write_run_config(tmp_path / "run.yaml", data, tok, tmp_path / "unused")
     rc, _, err = _apply(capsys, config, tmp_path / "empty", "--resume")
     assert rc == 1 and "holds no run and no checkpoint" in err, err
     assert not (tmp_path / "empty").exists()
+
+
+def test_a_planted_before_restart_symlink_is_never_followed(corpus, tmp_path, capsys):
+    """--restart moves the run's files into a new before-restart-N it makes itself: a
+    before-restart-1 symlink to a directory elsewhere (or to nothing) is passed over, and
+    what it points at is untouched."""
+    data, tok = corpus
+    config = write_run_config(
+        tmp_path / "run.yaml", data, tok, tmp_path / "unused", max_steps=20, save_interval=1000
+    )
+    out = tmp_path / "out"
+    _run_without_checkpoint(capsys, config, out)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (out / "before-restart-1").symlink_to(elsewhere)
+    (out / "before-restart-2").symlink_to(tmp_path / "nothing")
+    rc, _, err = _apply(capsys, config, out, "--restart", "--max-steps", "3")
+    assert rc == 0, err
+    assert list(elsewhere.iterdir()) == [] and not (tmp_path / "nothing").exists()
+    assert (out / "before-restart-3" / "metrics.jsonl").is_file()

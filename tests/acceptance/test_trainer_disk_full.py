@@ -2,6 +2,9 @@
 checkpoint cannot be written, so the command exits 6 (SAVE_FAILED) with a clear message
 and no traceback, says so in training_state.json and the run store, exports nothing, and
 loses nothing written before (earlier checkpoints, metrics, the stages before training).
+Issue 31: `trainer export`, `trainer data encode` and `trainer runs sync` under the same
+fault exit 1 with a message naming the file, no traceback, and nothing half-written (no
+export or data directory, no partial shard or store a later command would take as whole).
 
 The fault is real and needs no root: the child runs under RLIMIT_FSIZE with SIGXFSZ
 ignored, so any write past the limit fails with EFBIG ("File too large"). The limit sits
@@ -22,11 +25,14 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.test_trainer_pipeline import pipeline_argv, tiny_config
+from tests.tree import files_under
+from tests.unit.trainer.checkpoint_support import save, trained
 from tests.unit.trainer.loop_support import (  # noqa: F401 - one_thread is a fixture
     encode_test_corpus,
     one_thread,
     write_run_config,
 )
+from tests.unit.trainer.store_support import tables, write_run
 from tests.unit.trainer.test_checkpoint_final_save import run_end
 from trainer import cli, exit_codes
 from trainer.checkpoint.layout import checkpoint_dirs, step_of
@@ -39,22 +45,33 @@ STDLIB = Path(sysconfig.get_paths()["stdlib"])
 LIMIT = 100_000  # bytes per file: the runs' small files fit, a checkpoint's weights do not
 
 
-def _limited() -> None:
-    """In the child: writes past LIMIT fail with EFBIG instead of killing it (SIGXFSZ)."""
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, LIMIT))
+def _trainer(*argv: str, limit: int | None = LIMIT) -> subprocess.CompletedProcess:
+    """`python -m trainer ARGV` whose writes past ``limit`` bytes a file fail with EFBIG
+    (in the child: SIGXFSZ ignored, so the write fails instead of killing it); None: no
+    limit."""
 
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-def _trainer(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "trainer", *argv],
         capture_output=True,
         text=True,
         cwd=ROOT,
-        preexec_fn=_limited,
+        preexec_fn=None if limit is None else limited,
         check=False,
         timeout=300,
     )
+
+
+def _failed_cleanly(proc: subprocess.CompletedProcess, command: str, file: Path) -> None:
+    """Exit 1, one `trainer COMMAND: error:` line naming ``file`` and the fault, no trace."""
+    assert proc.returncode == exit_codes.FINDINGS, (proc.returncode, proc.stderr[-3000:])
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    line = next((x for x in proc.stderr.splitlines() if x.startswith(f"trainer {command}:")), "")
+    assert "error:" in line and str(file) in line, proc.stderr[-3000:]
+    assert "File too large" in line or "file-size limit" in line, line
 
 
 def _steps(run_dir: Path) -> list[int]:
@@ -137,3 +154,68 @@ def test_pipeline_on_a_full_disk_exits_save_failed_and_exports_nothing(tmp_path)
     assert run_end(train)[0::2] == ("save_failed", "save_failed")
     assert not checkpoint_dirs(train / "checkpoints")
     _small_files_fit(out)
+
+
+# ---------------------------------------------------------------- issue 31: more writers
+
+
+def test_export_on_a_full_disk_names_the_file_and_leaves_no_export(tmp_path):
+    model, optimizer = trained(steps=1)
+    ckpt = save(tmp_path / "run", 3, model, optimizer)
+    assert (ckpt / "model.safetensors").stat().st_size > LIMIT, "the export fits: no fault"
+    before = files_under(tmp_path)
+    out = tmp_path / "release"
+    proc = _trainer("export", str(ckpt), "--out", str(out))
+    _failed_cleanly(proc, "export", out / "model.safetensors")
+    assert files_under(tmp_path) == before, "no export, no staging directory, checkpoint as it was"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    done = _trainer("export", str(ckpt), "--out", str(out), limit=None)
+    assert done.returncode == 0, done.stderr[-2000:]  # two-sided: with room, it exports
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+
+
+@pytest.mark.parametrize(
+    ("shard_tokens", "limit", "fails"),
+    [(1 << 23, 2_000, "train-00000.bin"), (64, 1_000, "manifest.json")],
+    ids=["a-shard", "the-manifest"],
+)
+def test_data_encode_on_a_full_disk_names_the_file_and_leaves_no_data_dir(
+    tmp_path, shard_tokens, limit, fails
+):
+    """The shard (its 4 KB past the limit) or, with shards of 64 tokens that fit, the
+    manifest listing them all: either way no data directory and no temp directory is
+    left, so nothing later takes a half-encoded corpus for one."""
+    _, tok = encode_test_corpus(tmp_path / "corpus")
+    inputs = tmp_path / "corpus" / "corpus"
+    out = tmp_path / "data"
+    before = files_under(tmp_path)
+    argv = ["data", "encode", "--tokenizer", str(tok), "--input", str(inputs), "--out", str(out)]
+    argv += ["--shard-tokens", str(shard_tokens), "--workers", "1"]
+    proc = _trainer(*argv, limit=limit)
+    _failed_cleanly(proc, "data encode", out / fails)
+    assert files_under(tmp_path) == before, "nothing written"
+    assert not any(p.name.startswith("data") for p in tmp_path.iterdir())
+    done = _trainer(*argv, limit=None)
+    assert done.returncode == 0, done.stderr[-2000:]  # two-sided: with room, it encodes
+    assert (out / "manifest.json").is_file()
+    assert (out / fails).stat().st_size > limit, "the file the fault hit outgrows the limit"
+
+
+def test_runs_sync_on_a_full_disk_leaves_no_store_and_keeps_an_old_one(tmp_path, monkeypatch):
+    """A new store a failed sync began is removed (not left empty, for `runs show` to call
+    a run with no steps); an existing one keeps every row (SQLite rolls the write back)."""
+    monkeypatch.setenv("SHIPGATE_HOME", str(tmp_path / "home"))
+    run = write_run(tmp_path / "run", 2000, max_steps=2000)  # its store: about 230 KB
+    limit = 60_000
+    assert (run / "metrics.jsonl").stat().st_size > limit  # read, never written: no matter
+    proc = _trainer("runs", "sync", str(run), limit=limit)
+    _failed_cleanly(proc, "runs sync", run / "runs.db")
+    assert not [p.name for p in run.iterdir() if p.name.startswith("runs.db")]
+    done = _trainer("runs", "sync", str(run), limit=None)
+    assert done.returncode == 0, done.stderr[-2000:]  # two-sided: with room, it syncs
+    stored = tables(run / "runs.db")
+    assert (run / "runs.db").stat().st_size > limit and len(stored["metrics"]) == 2000
+    proc = _trainer("runs", "sync", str(run), limit=limit)
+    _failed_cleanly(proc, "runs sync", run / "runs.db")
+    # Row for row (its header's change counter moves: SQLite opened it to write).
+    assert tables(run / "runs.db") == stored, "the store that was there is kept"

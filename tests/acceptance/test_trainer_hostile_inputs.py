@@ -8,6 +8,10 @@ Python traceback; the valid counterpart of each still works.
         whose optimizer file lacks a tensor (resume falls back to the older checkpoint)
     a checkpoint with non-finite weights (export refuses, naming the tensor)
     a data directory whose manifest.json is a FIFO (refused, not a hang)
+    a run whose metrics.jsonl is a FIFO (`trainer apply --resume` refuses it at once;
+        issue 31: it waited for a reader, past SIGTERM)
+    a checkpoint whose state.json holds a wrong-typed ``divergence``, or a step that is
+        not its directory's (issue 31: inspect and resume agree, with the same reason)
     a second Ctrl-C while the process shuts down (no traceback, never exit -2)
 """
 
@@ -53,8 +57,8 @@ def trainer(
             timeout=timeout,
             check=False,  # the status is asserted with the stderr
         )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"trainer {' '.join(args)} did not finish in {timeout} s (a hang)")
+    except subprocess.TimeoutExpired:  # killed; the test fails by assertion, not a hang
+        raise AssertionError(f"trainer {' '.join(args)} did not finish in {timeout} s") from None
 
 
 def refused(proc: subprocess.CompletedProcess, command: str, *words: str) -> None:
@@ -224,6 +228,112 @@ def test_a_data_manifest_that_is_a_fifo_is_refused_not_waited_on(corpus, tmp_pat
     assert "Traceback" not in proc.stderr
     assert "manifest.json" in proc.stderr and "FIFO" in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def resumable(corpus, tmp_path_factory) -> tuple[Path, Path]:
+    """(config, run directory) of a 2-step run checkpointed at step 2, to copy and damage."""
+    data, tok = corpus
+    root = tmp_path_factory.mktemp("resumable")
+    config = write_run_config(
+        root / "run.yaml", data, tok, root / "unused", max_steps=4, save_interval=2,
+        warmup_steps=0,
+    )  # fmt: skip
+    proc = trainer("apply", str(config), "--out", str(root / "run"), "--max-steps", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [step_of(p) for p in checkpoint_dirs(root / "run" / "checkpoints")] == [2]
+    return config, root / "run"
+
+
+def _copy_run(resumable: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
+    config, run = resumable
+    shutil.copytree(run, tmp_path / "run")
+    return config, tmp_path / "run"
+
+
+def test_a_fifo_metrics_file_is_refused_by_resume_at_once(resumable, tmp_path):
+    """Issue 31: the append to a FIFO metrics.jsonl waited for a reader forever, and
+    SIGTERM did not stop it. Now: refused before a step, saying it is a FIFO."""
+    config, run = _copy_run(resumable, tmp_path)
+    (run / "metrics.jsonl").unlink()
+    os.mkfifo(run / "metrics.jsonl")
+    proc = trainer("apply", str(config), "--out", str(run), "--resume", timeout=60)
+    refused(proc, "apply", "cannot resume", f"{run / 'metrics.jsonl'}: a FIFO (named pipe)")
+    assert (run / "metrics.jsonl").is_fifo(), "left as it is"
+    assert [step_of(p) for p in checkpoint_dirs(run / "checkpoints")] == [2], "no step taken"
+
+
+def test_a_fifo_metrics_file_of_a_run_without_a_checkpoint_is_named_not_waited_on(
+    resumable, tmp_path
+):
+    """`--resume` of a run with no checkpoint counts its recorded steps to say what to do:
+    that read waited on a FIFO metrics.jsonl forever."""
+    config, run = _copy_run(resumable, tmp_path)
+    shutil.rmtree(run / "checkpoints")
+    (run / "metrics.jsonl").unlink()
+    os.mkfifo(run / "metrics.jsonl")
+    proc = trainer("apply", str(config), "--out", str(run), "--resume", timeout=60)
+    refused(proc, "apply", "cannot resume", "an unreadable metrics.jsonl (")
+    assert "FIFO" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_fifo_manifest_in_a_checkpoint_named_for_resume_is_not_waited_on(resumable, tmp_path):
+    """`--resume PATH` reads the checkpoint's manifest for the vocabulary preflight: a FIFO
+    there blocked it; now the checkpoint's own verification refuses it, naming the file."""
+    config, run = _copy_run(resumable, tmp_path)
+    ckpt = checkpoint_dirs(run / "checkpoints")[0]
+    (ckpt / MANIFEST_FILE).unlink()
+    os.mkfifo(ckpt / MANIFEST_FILE)
+    proc = trainer("apply", str(config), "--out", str(run), "--resume", str(ckpt), timeout=60)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "FIFO" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_the_same_run_with_its_metrics_file_resumes(resumable, tmp_path):
+    """Two-sided: the copy the test above damages resumes to its end."""
+    config, run = _copy_run(resumable, tmp_path)
+    proc = trainer("apply", str(config), "--out", str(run), "--resume", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "resumed after step 2" in proc.stdout, proc.stdout
+
+
+def _damage_state(ckpt: Path, **fields: object) -> None:
+    """Rewrite ``fields`` of ``ckpt``'s state.json, its manifest entry rehashed (the
+    checksums agree: only inspect's and resume's reading of the contents can object)."""
+    path = ckpt / "state.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+    manifest = json.loads((ckpt / MANIFEST_FILE).read_text())
+    manifest["files"]["state.json"] = file_entry(path)
+    (ckpt / MANIFEST_FILE).write_text(json.dumps(manifest))
+
+
+STATE_DAMAGE = {
+    "divergence-wrong-type": (
+        {"divergence": 5},
+        "divergence is 5, not null or an object of vocab_size, previous, evals",
+    ),
+    "step-not-the-directory's": (
+        {"step": 3, "scheduler_step": 3},
+        "step 3, but the checkpoint is step 2 (its manifest and its name step-00000002)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STATE_DAMAGE))
+def test_inspect_and_resume_refuse_a_damaged_state_with_one_reason(case, resumable, tmp_path):
+    """Issue 31: inspect called these checkpoints valid; resume then crashed (TypeError on
+    the divergence) or went on from a step its directory is not."""
+    fields, reason = STATE_DAMAGE[case]
+    config, run = _copy_run(resumable, tmp_path)
+    (ckpt,) = checkpoint_dirs(run / "checkpoints")
+    _damage_state(ckpt, **fields)
+    proc = trainer("inspect", str(ckpt))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert reason in proc.stderr and "INVALID" in proc.stdout, (proc.stdout, proc.stderr)
+    proc = trainer("apply", str(config), "--out", str(run), "--resume", str(ckpt), timeout=120)
+    refused(proc, "apply", "cannot resume", reason)
+    proc = trainer("apply", str(config), "--out", str(run), "--resume", timeout=120)
+    refused(proc, "apply", "no valid checkpoint to resume from", reason)
 
 
 # ---------------------------------------------------------------- a second Ctrl-C

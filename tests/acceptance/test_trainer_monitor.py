@@ -5,6 +5,10 @@ directory touched, and a real tiny `trainer apply` run read back."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +22,7 @@ from tests.unit.trainer.monitor_support import make_run, tree_fingerprint
 from trainer import cli
 from trainer.monitor import commands
 
+REPO = Path(__file__).resolve().parents[2]
 SNAPSHOT_KEYS = {
     "run_dir",
     "status",
@@ -138,6 +143,45 @@ def test_a_damaged_metrics_file_is_named_exit_1(tmp_path, capsys):
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     assert cli.main(["monitor", str(run), "--json"]) == 1
     assert "metrics.jsonl: line 5 is not JSON" in capsys.readouterr().err
+
+
+def _monitor(*argv: str) -> subprocess.CompletedProcess:
+    """`python -m trainer monitor ARGV` in a process of its own: a monitor that blocks on
+    a FIFO fails the test by assertion after the timeout, and is killed."""
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "trainer", "monitor", *argv],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(
+            f"trainer monitor {' '.join(argv)} blocked for {exc.timeout} s"
+        ) from None
+
+
+@pytest.mark.parametrize("name", ["training_state.json", "metrics.jsonl"])
+def test_a_fifo_run_file_is_named_at_once_not_waited_on(tmp_path, name):
+    """Issue 31: `trainer monitor --once` read a FIFO training_state.json and waited for a
+    writer forever. Now: exit 1 at once, the file named as a FIFO; nothing else changes."""
+    run = make_run(tmp_path / "run")
+    (run / name).unlink()
+    os.mkfifo(run / name)
+    before = tree_fingerprint(run)
+    for mode in ("--once", "--json"):
+        proc = _monitor(str(run), mode)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        said = f"trainer monitor: error: {run / name}: a FIFO (named pipe), not a regular file"
+        assert said in proc.stderr, proc.stderr[-2000:]
+    assert tree_fingerprint(run) == before
+    (run / name).unlink()  # two-sided: the run without its FIFO is read
+    make_run(tmp_path / "whole")
+    shutil.copy(tmp_path / "whole" / name, run / name)
+    assert _monitor(str(run), "--json").returncode == 0
 
 
 @pytest.mark.parametrize("interval", ["0", "-1", "nan", "soon"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from trainer.cli import main
+from trainer.config.load import load_config
 from trainer.runfiles.names import PIPELINE_STATE_FILE
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -184,6 +186,23 @@ def test_a_tampered_output_is_made_again(first_run, capsys):
     assert model.read_bytes() == good  # the export is a function of the checkpoint
 
 
+@pytest.mark.parametrize("damage", ["config.json deleted", "tokenizer.json garbled"])
+def test_an_export_missing_or_garbling_any_file_is_made_again(first_run, capsys, damage):
+    """The export stage's reuse check covers every file it made, not only the weights."""
+    config, out, _, corpus = first_run
+    assert run_pipeline(capsys, pipeline_argv(config, out, corpus))[0] == 0
+    export = out / "export"
+    made = {p.name: p.read_bytes() for p in export.iterdir()}
+    if damage == "config.json deleted":
+        (export / "config.json").unlink()
+    else:
+        (export / "tokenizer.json").write_text("garbage")
+    status, stdout, err = run_pipeline(capsys, pipeline_argv(config, out, corpus))
+    assert status == 0, err
+    assert stage_lines(stdout)["export"] == "done", f"{damage}: export reused"
+    assert {p.name: p.read_bytes() for p in export.iterdir()} == made
+
+
 def test_a_changed_config_redoes_training_and_reuses_tokenizer_and_shards(
     first_run, tmp_path, capsys
 ):
@@ -256,3 +275,143 @@ def test_an_invalid_config_trains_nothing(tmp_path, capsys, corpus):
     status, _, err = run_pipeline(capsys, pipeline_argv(config, tmp_path / "run", corpus))
     assert status == 1 and "invalid config" in err and "micro_batch" in err
     assert not (tmp_path / "run" / "tokenizer").exists()
+
+
+# ---------------------------------------------------------------- what it may touch (issue 31)
+def test_an_out_holding_files_it_did_not_write_is_refused_with_nothing_touched(
+    tmp_path, capsys, corpus
+):
+    """`mkdir -p X/train; echo k > X/train/f; trainer pipeline --out X` once deleted f."""
+    config = tiny_config(tmp_path / "tiny.yaml")
+    out = tmp_path / "run"
+    (out / "train").mkdir(parents=True)
+    (out / "train" / "f").write_text("k")
+    (out / "notes.txt").write_text("mine")
+    before = _entries(out)
+    status, _, err = run_pipeline(capsys, pipeline_argv(config, out, corpus))
+    assert status == 1, err
+    assert "holds files the pipeline did not write (notes.txt, train)" in err, err
+    assert "--force" in err
+    assert _entries(out) == before, "a refused pipeline wrote or removed something"
+
+
+def test_force_moves_the_files_it_did_not_write_aside_and_deletes_none(tmp_path, capsys, corpus):
+    config = tiny_config(tmp_path / "tiny.yaml", max_steps=2, save_interval=2)
+    out = tmp_path / "run"
+    (out / "train").mkdir(parents=True)
+    (out / "train" / "f").write_text("k")
+    status, stdout, err = run_pipeline(capsys, pipeline_argv(config, out, corpus, "--force"))
+    assert status == 0, err
+    moved = out / "before-pipeline-1" / "train" / "f"
+    assert moved.is_file() and moved.read_text() == "k", "the user's file is gone"
+    assert f"moved 1 file(s) of {out} into {out / 'before-pipeline-1'}" in stdout
+    assert (out / "train" / "checkpoints" / "step-00000002").is_dir()
+
+
+def test_a_stage_whose_inputs_changed_moves_its_old_output_aside(tmp_path, capsys, corpus):
+    """Another config retrains: the first run's checkpoints are kept as train.superseded-1,
+    and the line says so. An export that is exactly what the stage left is made again in
+    its place (nothing of anyone else's in it)."""
+    out = tmp_path / "run"
+    first = tiny_config(tmp_path / "a.yaml", max_steps=4, save_interval=2)
+    assert run_pipeline(capsys, pipeline_argv(first, out, corpus))[0] == 0
+    old_train = _entries(out / "train")
+    second = tiny_config(tmp_path / "b.yaml", max_steps=2, save_interval=2)
+    status, stdout, err = run_pipeline(capsys, pipeline_argv(second, out, corpus))
+    assert status == 0, err
+    assert "moved train aside to train.superseded-1" in stdout and "nothing was deleted" in stdout
+    assert _entries(out / "train.superseded-1") == old_train
+    assert not (out / "export.superseded-1").exists(), "its own export was kept aside"
+    (out / "export" / "mine.txt").write_text("a file of the user's in the export")
+    status, stdout, err = run_pipeline(capsys, pipeline_argv(first, out, corpus))
+    assert status == 0, err
+    assert (out / "export.superseded-1" / "mine.txt").is_file()
+    assert (out / "train.superseded-2").is_dir() and (out / "train.superseded-1").is_dir()
+
+
+def test_a_copied_run_directory_reuses_every_stage(first_run, tmp_path, capsys):
+    """Paths are where a run is, not what it is: a copy elsewhere reuses its training
+    (run.yaml is rewritten with the copy's paths) instead of deleting and retraining it."""
+    config, out, _, corpus = first_run
+    assert run_pipeline(capsys, pipeline_argv(config, out, corpus))[0] == 0
+    copy = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(out, copy, symlinks=True)
+    status, stdout, err = run_pipeline(capsys, pipeline_argv(config, copy, corpus))
+    assert status == 0, err
+    assert set(stage_lines(stdout).values()) == {"reused"}, stdout
+    assert load_config(copy / "run.yaml").data.shards == copy / "data"
+
+
+@pytest.mark.slow
+def test_sigterm_during_training_is_not_done_and_the_next_run_resumes_to_the_same_loss(
+    tmp_path, corpus
+):
+    """A pipeline whose training a signal stopped exits 143, exports and scores nothing,
+    records the stage as not done; the next run resumes it and ends on the loss an
+    uninterrupted pipeline ends on, bit for bit (one machine, the same code)."""
+    config = tiny_config(tmp_path / "tiny.yaml", max_steps=40, save_interval=2)
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "trainer", *pipeline_argv(config, out, corpus)]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    checkpoints = out / "train" / "checkpoints"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(checkpoints.glob("step-0000000[4-9]")):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr.decode()[-2000:]
+    assert "interrupted by SIGTERM after step" in stderr.decode()
+    assert not (out / "export").exists() and not (out / "baseline.json").exists()
+    stages = json.loads((out / PIPELINE_STATE_FILE).read_text())["stages"]
+    assert stages["train"]["status"] == "started"
+
+    resumed = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming the interrupted run" in resumed.stdout
+    straight = tmp_path / "straight"
+    whole = [sys.executable, "-m", "trainer", *pipeline_argv(config, straight, corpus)]
+    assert subprocess.run(whole, cwd=ROOT, capture_output=True, check=False).returncode == 0
+    assert _last_loss(out) == _last_loss(straight)
+    assert [r["step"] for r in _records(out)] == list(range(1, 41))
+
+
+def test_a_pipeline_file_that_is_not_an_object_or_not_a_file_is_refused(tmp_path, corpus):
+    """A JSON array once ended in a traceback, a FIFO in a hang: both are refused, named,
+    and left as they are (a subprocess, so that either old failure fails an assertion)."""
+    config = tiny_config(tmp_path / "tiny.yaml")
+    out = tmp_path / "run"
+    out.mkdir()
+    argv = [sys.executable, "-m", "trainer", *pipeline_argv(config, out, corpus)]
+    record = out / PIPELINE_STATE_FILE
+    record.write_text("[]")
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert f"{record}: not a shipgate-pipeline file (a JSON array)" in done.stderr
+    record.unlink()
+    os.mkfifo(record)
+    try:
+        done = subprocess.run(
+            argv, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise AssertionError("a FIFO pipeline.json blocked the pipeline") from None
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "a FIFO (named pipe), not a regular file" in done.stderr, done.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == [PIPELINE_STATE_FILE]
+
+
+def _entries(directory: Path) -> dict[str, str]:
+    """Every entry under ``directory``: a file's content, or the kind of anything else."""
+    found = {}
+    for path in sorted(directory.rglob("*")):
+        rel = str(path.relative_to(directory))
+        found[rel] = path.read_text("latin-1") if path.is_file() else "dir"
+    return found
+
+
+def _records(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "train/metrics.jsonl").read_text().splitlines()]
+
+
+def _last_loss(run: Path) -> float:
+    return _records(run)[-1]["loss"]

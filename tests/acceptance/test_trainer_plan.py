@@ -389,6 +389,23 @@ def test_the_installed_command_reports_bad_input_without_a_traceback(tmp_path):
     assert f"{bad}:3: " in result.stdout
 
 
+@pytest.mark.parametrize("size", ["1e309GiB", "nan", "1e30TiB"])
+def test_a_device_memory_that_is_not_finite_or_past_any_device_is_a_usage_error(size):
+    """Issue 31: `--device-memory 1e309GiB` was an OverflowError traceback (exit 1)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer", "plan", str(QUICKSTART), f"--device-memory={size}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=REPO,
+        timeout=60,
+    )
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert f"trainer plan: error: argument --device-memory: {size!r}" in result.stderr
+
+
 def test_the_step_algebra_is_planned_for_the_world_size(capsys, monkeypatch):
     monkeypatch.chdir(REPO)
     config = "configs/llama-370m-8gpu.yaml"

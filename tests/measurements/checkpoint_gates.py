@@ -37,7 +37,7 @@ LOOP_RUN = Recipe(
     command=("python", "tools/make_loop_run.py", "--out", "{out}"),
     name="loop-run",
     seed=42,  # run.yaml's training.seed default; the tokenizer and data are deterministic
-    exclude=("train/runs.db",),
+    exclude=("train/runs.db", "train/.writer.lock"),
     volatile={
         "train/metrics.jsonl": ("tokens_per_s", "step_s", "mfu", "peak_fraction"),
         "train/training_state.json": (
@@ -51,7 +51,8 @@ LOOP_RUN = Recipe(
     },
     reason=(
         "train/runs.db is the run store's SQLite file (wall-clock times, a random run id; "
-        "rebuilt from the run's files by `trainer runs sync`); tokens_per_s, step_s, mfu and "
+        "rebuilt from the run's files by `trainer runs sync`); train/.writer.lock records "
+        "which process last held the run directory's writer lock; tokens_per_s, step_s, mfu and "
         "peak_fraction are timings; created, run_started and ended_at are clock times; run_id "
         "is random; host and git say where and at which commit it was built, not what was trained"
     ),

@@ -5,8 +5,13 @@
 
 inspect prints format, version, step, tensor count, parameter count, architecture and a
 checksum verdict per file, computed from the bytes (the source system's inspector
-hard-coded ``valid: true``). Exit status 1 when anything is invalid. export writes
-nothing unless the checkpoint verifies and the export checks pass; exit 1 otherwise.
+hard-coded ``valid: true``), and runs the checks a resume runs on state.json (its fields'
+types, its step against the directory's): what it calls valid a resume loads. Exit
+status 1 when anything is invalid. export writes nothing unless the checkpoint verifies
+and the export checks pass, --out is outside every checkpoint, and no other process
+writes the run directory --out is in (its writer lock, named by pid); a full disk is a
+message naming the file, nothing left half-written; exit 1 otherwise. Neither command
+takes a lock to read the checkpoint.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from safetensors.torch import load as load_bytes
 from safetensors.torch import load_file
 from torch import nn
 
+from gates.files import read_regular
 from trainer.checkpoint import optimizer_state, rng
 from trainer.checkpoint import state as state_file
 from trainer.checkpoint.durable import DTYPE_NAMES
@@ -172,10 +173,20 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
 
 
-def _read_json(path: Path) -> dict:
+#: rng.json and state.json: a few generator states per rank and some numbers.
+_JSON_LIMIT = 64 * 1024 * 1024
+
+
+def _read_json(path: Path) -> Any:
+    """A checkpoint's JSON file, read under the one rule (gates.files.read_regular: a FIFO
+    or a device in its place is refused, never waited on or read without end)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        data = read_regular(path, _JSON_LIMIT)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path}: not readable JSON ({exc})") from None
 
 

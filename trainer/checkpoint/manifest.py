@@ -69,13 +69,17 @@ _KEYS = (
 def read_manifest(directory: Path) -> dict[str, Any]:
     """The parsed manifest of ``directory``; CheckpointError naming the file otherwise."""
     path = directory / MANIFEST_FILE
-    if not path.is_file():
+    try:
+        data = read_regular(path, MANIFEST_LIMIT)  # a FIFO or a device: refused, not read
+    except FileNotFoundError:
         raise CheckpointError(
             f"{path}: missing; a directory without a manifest is not a checkpoint"
-        )
+        ) from None
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     try:
-        manifest = json.loads(read_regular(path, MANIFEST_LIMIT).decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        manifest = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path}: not readable JSON ({exc})") from None
     if not isinstance(manifest, dict):
         raise CheckpointError(f"{path}: not a JSON object")

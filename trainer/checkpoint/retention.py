@@ -16,7 +16,7 @@ import json
 import shutil
 from pathlib import Path
 
-from gates.files import TEMP_SUFFIX, fsync_dir
+from gates.files import TEMP_SUFFIX, fsync_dir, read_regular
 from trainer.checkpoint.layout import (
     CHECKPOINT_STATE_FILE,
     LATEST_POINTER,
@@ -28,8 +28,14 @@ from trainer.checkpoint.verify import inspect_checkpoint
 DELETING_SUFFIX = ".deleting"
 
 
+#: A checkpoint's state.json is a few KB (verify.py reads it under a larger limit).
+_STATE_LIMIT = 64 * 1024 * 1024
+
+
 def _val_loss(path: Path) -> float | None:
-    value = json.loads((path / CHECKPOINT_STATE_FILE).read_text(encoding="utf-8")).get("val_loss")
+    """state.json's val_loss of a checkpoint that verified (so a number or null)."""
+    state = json.loads(read_regular(path / CHECKPOINT_STATE_FILE, _STATE_LIMIT))
+    value = state.get("val_loss")
     return None if value is None else float(value)
 
 

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
 
-from gates.files import read_regular
+from gates.files import NotRegularFileError, open_regular, read_regular
 from trainer.checkpoint.layout import (
     CHECKPOINT_STATE_FILE,
     DATA_FILES,
@@ -57,7 +57,7 @@ from trainer.checkpoint.layout import (
     step_of,
 )
 from trainer.checkpoint.manifest import read_manifest
-from trainer.checkpoint.state import state_from_json
+from trainer.checkpoint.state import state_problems
 from trainer.model.config import LlamaConfig, ModelConfigError
 from trainer.model.params import parameter_shapes
 from trainer.userfiles import display, is_utf8_name
@@ -157,6 +157,25 @@ def _hash_mapped(fd: int, area: mmap.mmap, size: int, digest: Any) -> None:
         fetcher.join()
 
 
+def _regular_size(path: Path) -> int:
+    """The size of the regular file at ``path``; an OSError saying what is there instead
+    (gates.files: a FIFO, a device, a socket, a dangling symlink, a directory)."""
+    fd = open_regular(path)
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+def _what_is_there(exc: OSError) -> str:
+    """What a file that cannot be opened as a regular one is, in a verdict's words."""
+    if isinstance(exc, IsADirectoryError):
+        return "a directory, not a file"
+    if isinstance(exc, NotRegularFileError):
+        return exc.strerror  # "a FIFO (named pipe), not a regular file", ...
+    return f"cannot be read: {exc.strerror or exc}"
+
+
 def _read_hashed(path: Path, size: int, keep: bool) -> tuple[str, int, torch.Tensor | None]:
     """(sha256, size found, the verified file when ``keep``) of ``path``, read from disk
     once: hashed over a private (copy-on-write) mapping of it (_hash_mapped). When kept,
@@ -165,7 +184,7 @@ def _read_hashed(path: Path, size: int, keep: bool) -> tuple[str, int, torch.Ten
     loaded), no second read and no fresh memory (on a VM a 4 KiB anonymous page fault
     costs about 1 s per GB; these faults map pages the page cache holds)."""
     digest = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = open_regular(path)  # a FIFO put in the file's place: refused, never waited on
     try:
         found = os.fstat(fd).st_size
         if found != size:
@@ -188,15 +207,22 @@ def _read_hashed(path: Path, size: int, keep: bool) -> tuple[str, int, torch.Ten
 
 
 def _file_verdict(path: Path, entry: dict[str, Any]) -> FileVerdict:
-    """Size first (a truncated file), then sha256 (a flipped byte)."""
-    if not path.is_file():
+    """What the file is first (missing, or a FIFO, a device, a directory in its place),
+    then its size (a truncated file), then its sha256 (a flipped byte)."""
+    try:
+        size = _regular_size(path)
+    except FileNotFoundError:
         return FileVerdict(path.name, False, "listed in the manifest but missing")
-    size = path.stat().st_size
+    except OSError as exc:
+        return FileVerdict(path.name, False, _what_is_there(exc))
     if size != entry.get("size"):
         return FileVerdict(
             path.name, False, f"size {size} bytes, the manifest says {entry.get('size')}", size
         )
-    digest, got, contents = _read_hashed(path, size, getattr(_keeping, "keep", False))
+    try:
+        digest, got, contents = _read_hashed(path, size, getattr(_keeping, "keep", False))
+    except OSError as exc:  # replaced or made unreadable since its size was taken
+        return FileVerdict(path.name, False, _what_is_there(exc), size)
     if got != size:
         return FileVerdict(path.name, False, f"size changed to {got} bytes while it was read", size)
     if digest != entry.get("sha256"):
@@ -437,27 +463,21 @@ def _rng_problems(directory: Path) -> list[str]:
     return problems
 
 
-def _state_problems(path: Path) -> list[str]:
-    """state.json: a training state whose optimizer groups name their parameters."""
+def _state_problems(path: Path, step: int) -> list[str]:
+    """state.json: the training state a resume loads (state.state_problems, the very check
+    a resume's read makes), of the step the manifest (``step``) and the directory name say."""
     obj, unreadable = _read_json(path)
     if unreadable:
         return [unreadable]
-    if not isinstance(obj, dict):
-        return [f"{path}: not a JSON object"]
-    try:
-        state = state_from_json(obj, source=str(path))
-    except CheckpointError as exc:
-        return [str(exc)]
-    except (TypeError, ValueError) as exc:
-        return [f"{path}: not a training state ({exc})"]
-    groups = state.optimizer_groups
-    if not isinstance(groups, list) or not all(
-        isinstance(g, dict)
-        and isinstance(g.get("params"), list)
-        and all(isinstance(p, str) for p in g["params"])
-        for g in groups
-    ):
-        return [f"{path}: optimizer_groups is not a list of groups naming their parameters"]
+    problems = state_problems(obj)
+    if problems:
+        return [f"{path}: {'; '.join(problems)}"]
+    named = step_of(path.parent)
+    if obj["step"] != step:
+        says = f"its manifest and its name {path.parent.name}" if named == step else "its manifest"
+        return [f"{path}: step {obj['step']}, but the checkpoint is step {step} ({says})"]
+    if named is not None and obj["step"] != named:
+        return [f"{path}: step {obj['step']}, but the directory is {path.parent.name}"]
     return []
 
 
@@ -469,7 +489,7 @@ def _content_problems(path: Path, manifest: dict[str, Any], ok: set[str]) -> lis
     if RNG_TENSOR_FILE in ok and RNG_JSON_FILE in ok:
         problems += _rng_problems(path)
     if CHECKPOINT_STATE_FILE in ok:
-        problems += _state_problems(path / CHECKPOINT_STATE_FILE)
+        problems += _state_problems(path / CHECKPOINT_STATE_FILE, manifest["step"])
     return problems
 
 

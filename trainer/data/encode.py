@@ -15,7 +15,9 @@ A split left empty by chance (small corpora) takes the one distinct document nea
 the threshold; fewer than 2 distinct non-empty documents is an error.
 
 Everything is written into a sibling ``<out>.tmp-<pid>`` directory, manifest.json last,
-then renamed onto ``out``: a crash leaves either no data directory or the old one.
+then renamed onto ``out``: a crash leaves either no data directory or the old one. A write
+that fails (a full disk: ENOSPC; a file-size limit: EFBIG; a permission) is a
+CorpusEncodeError naming the file, the temp directory removed, ``out`` as it was.
 
     files, skipped = corpus_files([Path("src/")], site_packages=False)  # [] = embedded corpus
     manifest = encode_corpus(files, Path("tok"), Path("data"), val_fraction=0.01)
@@ -23,6 +25,7 @@ then renamed onto ``out``: a crash leaves either no data directory or the old on
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -30,7 +33,7 @@ import multiprocessing as mp
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +50,7 @@ from trainer.data.shards import ShardError, dtype_for_vocab, write_shard
 from trainer.tokenizer.corpus import embedded_corpus, walk
 from trainer.tokenizer.counting import CorpusReadError, read_text
 from trainer.tokenizer.model import ByteLevelBPE, TokenizerFileError
+from trainer.userfiles import display
 
 EOT_TOKEN = "<|endoftext|>"
 DEFAULT_SHARD_TOKENS = 1 << 23  # 16 MiB of uint16 ids per shard
@@ -221,14 +225,36 @@ def _check_destination(out_dir: Path, force: bool) -> None:
         )
 
 
+@contextlib.contextmanager
+def _writing(out_dir: Path, name: str) -> Iterator[None]:
+    """An OSError while file ``name`` is written into ``out_dir``'s temp directory (a full
+    disk, a file-size limit: the error names no file) as a CorpusEncodeError naming it as
+    it would have been published."""
+    try:
+        yield
+    except OSError as exc:
+        raise CorpusEncodeError(
+            f"{display(out_dir / name)}: cannot be written: {exc.strerror or exc}; nothing "
+            f"written ({display(out_dir)} is as it was)"
+        ) from None
+
+
 def _write_split(
-    directory: Path, split: str, stream: np.ndarray, *, shard_tokens: int, vocab_size: int, eot: int
+    directory: Path,
+    split: str,
+    stream: np.ndarray,
+    *,
+    shard_tokens: int,
+    vocab_size: int,
+    eot: int,
+    out_dir: Path,
 ) -> dict:
     shards = []
     for index, begin in enumerate(range(0, len(stream), shard_tokens)):
         tokens = stream[begin : begin + shard_tokens]
         name = f"{split}-{index:05d}.bin"
-        write_shard(directory / name, tokens, vocab_size)
+        with _writing(out_dir, name):
+            write_shard(directory / name, tokens, vocab_size)
         shards.append(
             {
                 "file": name,
@@ -309,10 +335,15 @@ def encode_corpus(
         "val": [d for d, v in zip(documents, is_val, strict=True) if v],
     }
     # 5. Shards, then the manifest, in a temp directory; then one rename.
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp_dir = out_dir.with_name(f"{out_dir.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp_dir, ignore_errors=True)  # a leftover of a killed run with our pid
-    tmp_dir.mkdir()
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp_dir, ignore_errors=True)  # a leftover of a killed run with our pid
+        tmp_dir.mkdir()
+    except OSError as exc:
+        raise CorpusEncodeError(
+            f"{display(tmp_dir)}: cannot be made: {exc.strerror or exc}; nothing written"
+        ) from None
     try:
         eot_arr = np.array([eot], dtype=dtype)
         splits = {
@@ -323,6 +354,7 @@ def encode_corpus(
                 shard_tokens=shard_tokens,
                 vocab_size=vocab_size,
                 eot=eot,
+                out_dir=out_dir,
             )
             for split in SPLITS
         }
@@ -349,10 +381,17 @@ def encode_corpus(
                 "tokens": sum(s["tokens"] for s in splits.values()),
             },
         }
-        _write_json(tmp_dir / MANIFEST_NAME, manifest)
-        fsync_dir(tmp_dir)
+        with _writing(out_dir, MANIFEST_NAME):
+            _write_json(tmp_dir / MANIFEST_NAME, manifest)
+            fsync_dir(tmp_dir)
         _check_destination(out_dir, force)  # it may have appeared while we encoded
-        _move_into_place(tmp_dir, out_dir)
+        try:
+            _move_into_place(tmp_dir, out_dir)
+        except OSError as exc:
+            raise CorpusEncodeError(
+                f"{display(out_dir)}: cannot be put in place: {exc.strerror or exc}; "
+                "nothing written"
+            ) from None
     except BaseException:
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise

@@ -17,6 +17,10 @@ one run while it trains):
   so for a moment it names the checkpoint before.
 - ``run_manifest.json``'s mtime: when this launch started (it is written before step 1).
 
+Every file is opened under the one read rule (gates/files.py open_regular): a FIFO, a
+device or a socket in a file's place is a RunDirError saying which, never a read that
+waits for a writer that never comes.
+
 Status: how the run ended when training_state.json says so (the loop's end record,
 MetricsWriter.finish: ``finished``, ``early_stopping``, ``signal``, ``alert``,
 ``aborted`` or ``save_failed``, with ``reason`` and ``ended_at``); else ``starting`` (no step yet),
@@ -36,7 +40,9 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
+from gates.files import NotRegularFileError, open_regular
 from trainer.checkpoint.layout import MANIFEST_FILE, checkpoint_dirs, step_of
 from trainer.runfiles.metrics_file import MetricsFileError, parse_line
 from trainer.runfiles.names import (
@@ -47,6 +53,8 @@ from trainer.runfiles.names import (
 )
 from trainer.runfiles.training_state import END_STATUSES
 
+#: training_state.json holds one metrics record (a few KB); far more is not the trainer's.
+STATE_LIMIT = 16 * 1024 * 1024
 TAIL_BYTES = 256 * 1024  # ~1,200 metrics lines: enough for the series, cheap every refresh
 SERIES = 60  # points in a sparkline
 WINDOW = 20  # recent steps behind the medians (tokens/s, step time, grad norm)
@@ -127,10 +135,22 @@ def _number(value: object) -> float | None:
     return None
 
 
+def _open(path: Path) -> BinaryIO:
+    """``path`` open to read, if it is a regular file: RunDirError saying what it is
+    otherwise (a FIFO, a device: their reads would wait or never end);
+    FileNotFoundError when there is nothing."""
+    try:
+        return os.fdopen(open_regular(path), "rb")
+    except IsADirectoryError:
+        raise RunDirError(f"{path}: a directory, not a file") from None
+    except NotRegularFileError as exc:  # a dangling symlink too: said so, not "missing"
+        raise RunDirError(f"{path}: {exc.strerror}") from None
+
+
 def _count_lines(path: Path, end: int) -> int:
     """Newlines in the first ``end`` bytes of ``path`` (only on the error path)."""
     count, done = 0, 0
-    with path.open("rb") as fh:
+    with _open(path) as fh:
         while done < end:
             chunk = fh.read(min(1 << 20, end - done))
             if not chunk:
@@ -143,7 +163,7 @@ def _count_lines(path: Path, end: int) -> int:
 def read_metrics_tail(path: Path, max_bytes: int = TAIL_BYTES) -> list[dict]:
     """The records of the last ``max_bytes`` of metrics.jsonl, oldest first; a torn last
     line is dropped, a bad line before it raises MetricsFileError naming file:line."""
-    with path.open("rb") as fh:
+    with _open(path) as fh:
         size = fh.seek(0, os.SEEK_END)
         start = max(0, size - max_bytes)
         fh.seek(start)
@@ -170,9 +190,12 @@ def read_metrics_tail(path: Path, max_bytes: int = TAIL_BYTES) -> list[dict]:
 
 def _read_state(path: Path) -> dict | None:
     try:
-        raw = path.read_bytes()
+        with _open(path) as fh:
+            raw = fh.read(STATE_LIMIT + 1)
     except FileNotFoundError:
         return None
+    if len(raw) > STATE_LIMIT:
+        raise RunDirError(f"{path}: more than {STATE_LIMIT} bytes; the trainer writes a few KB")
     try:
         state = json.loads(raw)
     except ValueError as exc:
@@ -302,12 +325,13 @@ def take_snapshot(run_dir: Path, *, now: float | None = None) -> Snapshot:
         raise RunDirError(f"{run_dir}: not a directory")
     state_path, metrics_path = run_dir / TRAINING_STATE_FILE, run_dir / METRICS_FILE
     state = _read_state(state_path)
-    if state is None and not metrics_path.is_file():
+    has_metrics = os.path.lexists(metrics_path)  # a FIFO there is refused by its read
+    if state is None and not has_metrics:
         raise RunDirError(
             f"{run_dir}: not a run directory (neither {TRAINING_STATE_FILE} nor {METRICS_FILE}); "
             "a run writes them from its first step"
         )
-    records = read_metrics_tail(metrics_path) if metrics_path.is_file() else []
+    records = read_metrics_tail(metrics_path) if has_metrics else []
     last = state.get("last") if state else None
     if records and (not isinstance(last, dict) or records[-1]["step"] >= last.get("step", 0)):
         last = records[-1]  # metrics.jsonl is written just before the state file

@@ -12,8 +12,15 @@ gates (`gates check` of the gates this run can discharge, evidence in RUN/eviden
 report. It ends with a summary, also written to RUN/summary.json.
 
 The config's data paths and output_dir are replaced by the run directory's (RUN/run.yaml
-is the config actually trained). Exit status (trainer/exit_codes.py): 0 done; 1 bad input
-or a stage that failed (its message names the stage and the cause); 4 a stop alert of the
+is the config actually trained). The run directory must be new, empty or the pipeline's
+own (its pipeline.json): one holding other files is refused unless --force, which moves
+them into --out/before-pipeline-N/. Nothing the pipeline did not make is deleted: a stage
+redone moves its old output aside as NAME.superseded-N unless it is exactly the files the
+stage left. One pipeline writes a run directory at a time (a second is refused, naming the
+first's pid). Exit status (trainer/exit_codes.py): 0 done; 1 bad input, a run directory
+in use or not the pipeline's, or a stage that failed (its message names the stage and the
+cause); 130 or 143 the training run was stopped by SIGINT or SIGTERM after a step and its
+checkpoint: nothing exported, run again to resume; 4 a stop alert of the
 config ended the training run (its checkpoint is kept); 5 the training run aborted
 (non-finite loss, divergence, exhausted data) - run it again after fixing the cause: the
 stages before training are reused; 6 the training run's final checkpoint could not be
@@ -24,6 +31,7 @@ it again, the training run resumes from its last good checkpoint.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -74,12 +82,20 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         device=args.device,
         val_fraction=args.val_fraction,
         gates=not args.no_gates,
+        force=args.force,
     )
     try:
         summary = Pipeline(options, say=_stdout, progress=_stderr).run()
     except PipelineError as exc:
         print(f"trainer pipeline: error: {exc}", file=sys.stderr)
         return exc.status
+    except KeyboardInterrupt:  # outside training (which stops after its step, saved)
+        print(
+            "trainer pipeline: interrupted (SIGINT): the stage in progress is not recorded "
+            "done; run the pipeline again to redo it (finished stages are reused)",
+            file=sys.stderr,
+        )
+        return exit_codes.SIGNALLED_BASE + signal.SIGINT
     print(render_summary(summary))
     return exit_codes.OK
 
@@ -104,4 +120,10 @@ def add_pipeline_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--val-fraction", type=_fraction, default=0.02)
     p.add_argument("--no-gates", action="store_true", help="skip the gate stage")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="an --out holding files the pipeline did not write: move them into "
+        "--out/before-pipeline-N/ (never deleted) instead of refusing",
+    )
     p.set_defaults(run=cmd_pipeline)

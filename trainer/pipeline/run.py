@@ -14,8 +14,25 @@ cause, and the status `trainer pipeline` exits with (trainer/exit_codes.py: a tr
 run that aborted, that a stop alert ended, or whose final checkpoint could not be written
 passes its own on; no stage after it runs). Stages are keyed by
 content (trainer/pipeline/state.py): a stage whose inputs hash as before and whose
-outputs still hold the bytes it left is reused; a training stage that was interrupted is
-resumed from its newest valid checkpoint (``trainer apply --resume``).
+outputs - every file it made - still hold the bytes it left is reused; a training stage
+that was interrupted (a signal, a kill) is resumed from its newest valid checkpoint
+(``trainer apply --resume``), and is never recorded done: a run a signal stopped ends the
+pipeline with the signal's status (128 + its number) before anything is exported.
+
+Nothing the pipeline did not make is ever deleted (issue 31):
+
+- The run directory is its own: one whose pipeline.json says so, or an empty or new one.
+  An --out holding anything else is refused, unless ``force``, which moves those files
+  into ``before-pipeline-N/`` inside it.
+- One pipeline writes it at a time: the writer lock (trainer/runfiles/lock.py) is held for
+  the whole run, and covers ``train/`` too (a `trainer apply` there is refused meanwhile).
+- A stage about to be redone (its inputs changed, or its outputs are not what it left)
+  deletes its old output only when that is exactly the files it recorded, byte for byte;
+  anything else - a checkpoint directory above all - is renamed ``NAME.superseded-N``
+  beside it, said on the stage's line, and kept until the user removes it.
+- Keys hold no location: the training stage is keyed by the run config's identity (its
+  content without paths, trainer/train/checkpointing.py identity_hash), so a run
+  directory copied or moved elsewhere reuses every stage and resumes its training.
 
 The run directory is what C-TRAINING-LOOP's checkpoint gates call a loop run directory
 (run.yaml, tokenizer/, data/, train/), so `gates check GATE-TRAIN-LOOP-015 --artifact
@@ -27,7 +44,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shutil
+import signal
 import subprocess
 import time
 import traceback
@@ -36,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gates.contract import Contract
-from gates.files import atomic_write_bytes, atomic_write_text, sha256_file
+from gates.files import atomic_write_bytes, atomic_write_text, fsync_dir, sha256_file
 from trainer import exit_codes
 from trainer.pipeline.state import (
     PipelineError,
@@ -45,7 +64,8 @@ from trainer.pipeline.state import (
     stage_key,
 )
 from trainer.runfiles.json_file import atomic_write_json
-from trainer.runfiles.names import PipelineDir
+from trainer.runfiles.lock import RunDirLockedError, writer_lock
+from trainer.runfiles.names import PIPELINE_STATE_FILE, WRITER_LOCK_FILE, PipelineDir
 
 #: Gates a run directory can discharge quickly: (gate, measured on this run?).
 #: 015 is measured on this run's own checkpoint; PV-001 and TRAIN-LOOP-017 need no
@@ -71,6 +91,7 @@ class PipelineOptions:
     val_fraction: float = 0.02
     gates: bool = True
     contracts: Path = Path("contracts")  # where the gate stage finds contracts/*.yaml
+    force: bool = False  # an --out holding other files: move them aside (never delete)
 
 
 @dataclass
@@ -125,24 +146,96 @@ class Pipeline:
         from trainer.pipeline.summary import build_summary  # noqa: PLC0415
 
         started = time.perf_counter()
-        self.out.mkdir(parents=True, exist_ok=True)
-        state = PipelineState.load(self.out)
+        # Read-only checks first: a refusal writes nothing, not even the lock file.
+        self._claim(moving=False)
+        PipelineState.load(self.out)
         cfg = _load_config(self.options.config, self.options.device, self.progress)
+        try:
+            with writer_lock(self.out, "trainer pipeline"):
+                self._claim(moving=True)  # again, holding the lock: nobody else writes now
+                state = PipelineState.load(self.out)
+                state.claim()  # pipeline.json first: a kill in stage 1 leaves the dir ours
+                summary = self._stages(state, cfg, build_summary)
+        except RunDirLockedError as exc:
+            raise PipelineError(f"{exc}; nothing written") from None
+        summary["seconds"] = round(time.perf_counter() - started, 1)
+        atomic_write_json(self.paths.summary, summary)
+        return summary
+
+    def _stages(self, state: PipelineState, cfg, build_summary: Callable[..., dict]) -> dict:
         corpus = self._corpus_fingerprint()
         tokenizer_sha = self._tokenizer(state, cfg, corpus)
         data_sha = self._data(state, corpus, tokenizer_sha)
-        run_yaml_sha = self._write_run_yaml()
+        self._write_run_yaml()
         run_cfg = _load_config(self.paths.run_config, self.options.device, self.progress)
-        checkpoint, ckpt_sha = self._train(state, run_cfg, run_yaml_sha, data_sha)
+        checkpoint, ckpt_sha = self._train(state, run_cfg, data_sha)
         self._export(state, checkpoint, ckpt_sha)
         self._baseline(state, run_cfg, checkpoint, ckpt_sha)
         self._plots(state)
         self._gates(state, ckpt_sha)
         self._report(state)
-        summary = build_summary(self.out, state, corpus, run_cfg, self.outcomes)
-        summary["seconds"] = round(time.perf_counter() - started, 1)
-        atomic_write_json(self.paths.summary, summary)
-        return summary
+        return build_summary(self.out, state, corpus, run_cfg, self.outcomes)
+
+    # ------------------------------------------------------------ ownership
+    def _claim(self, *, moving: bool) -> None:
+        """The run directory is the pipeline's: new, empty, or holding its pipeline.json.
+        Anything else is refused (PipelineError); with ``force`` - once ``moving``, under
+        the lock - those files are moved into before-pipeline-N/ inside it."""
+        if os.path.lexists(self.paths.state) or not os.path.lexists(self.out):
+            return
+        if not self.out.is_dir() or self.out.is_symlink():
+            raise PipelineError(f"--out {self.out}: not a directory; nothing written")
+        foreign = sorted(p.name for p in self.out.iterdir() if p.name != WRITER_LOCK_FILE)
+        if not foreign:
+            return
+        if not self.options.force:
+            more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+            shown = ", ".join(foreign[:5]) + more
+            raise PipelineError(
+                f"--out {self.out} holds files the pipeline did not write ({shown}) and no "
+                f"{PIPELINE_STATE_FILE}: choose another --out, or pass --force to move them "
+                "into a before-pipeline-N/ directory inside it (nothing is deleted)"
+            )
+        if not moving:
+            return
+        aside = _free_name(self.out / "before-pipeline")
+        aside.mkdir()
+        for name in foreign:
+            os.rename(self.out / name, aside / name)
+        fsync_dir(aside)
+        fsync_dir(self.out)
+        self.say(f"      --force: moved {len(foreign)} file(s) of {self.out} into {aside}")
+
+    def _make_room(self, state: PipelineState, stage: str, target: Path, why: str) -> None:
+        """Clear ``target`` for ``stage`` to make again: deleted when it is exactly the
+        files the stage recorded, byte for byte (nothing of anyone else's); otherwise
+        renamed NAME.superseded-N beside it and kept, which the stage's line says."""
+        if not os.path.lexists(target):
+            return
+        if state.made_exactly(stage, target, self.out):
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            else:
+                target.unlink()
+            return
+        aside = _free_name(target.with_name(f"{target.name}.superseded"))
+        os.rename(target, aside)
+        fsync_dir(target.parent)
+        self.say(
+            f"      moved {self._rel(target)} aside to {self._rel(aside)} ({why}); nothing "
+            "was deleted: remove it when you no longer need it"
+        )
+
+    def _tree(self, *paths: Path) -> dict[str, str]:
+        """relative path -> sha256 of every regular file at or under ``paths``: what a stage
+        made, every file of it (its reuse check and what _make_room may delete)."""
+        found: dict[str, str] = {}
+        for path in paths:
+            files = [path] if path.is_file() else sorted(path.rglob("*"))
+            for f in files:
+                if f.is_file() and not f.is_symlink() and f.name != WRITER_LOCK_FILE:
+                    found[self._rel(f)] = sha256_file(f)
+        return found
 
     def _corpus_fingerprint(self) -> dict:
         from trainer.data.encode import corpus_files  # noqa: PLC0415
@@ -167,7 +260,7 @@ class Pipeline:
                 return state.output("tokenizer", "sha256")
             started = time.perf_counter()
             target = self.paths.tokenizer
-            _remove(target)
+            self._make_room(state, "tokenizer", target, "another corpus or vocabulary")
             try:
                 train_tokenizer(
                     list(self.options.inputs),
@@ -182,7 +275,7 @@ class Pipeline:
             state.record(
                 "tokenizer",
                 key,
-                outputs={self._rel(target / "tokenizer.json"): sha},
+                outputs=self._tree(target),
                 seconds=time.perf_counter() - started,
                 results={"sha256": sha, "vocab_size": vocab},
             )
@@ -205,6 +298,7 @@ class Pipeline:
                 info.update(reused=True, note="shards verified by sha256")
                 return state.output("data", "sha256")
             started = time.perf_counter()
+            self._make_room(state, "data", target, "another corpus or tokenizer")
             try:
                 files, skipped = corpus_files(list(self.options.inputs), False, self.progress)
                 encode_corpus(
@@ -212,7 +306,6 @@ class Pipeline:
                     self.paths.tokenizer,
                     target,
                     val_fraction=self.options.val_fraction,
-                    force=True,
                     skipped_files=skipped,
                     progress=self.progress,
                 )
@@ -222,7 +315,7 @@ class Pipeline:
             state.record(
                 "data",
                 key,
-                outputs={self._rel(target / "manifest.json"): sha},
+                outputs=self._tree(target),
                 seconds=time.perf_counter() - started,
                 results={"sha256": sha},
             )
@@ -238,8 +331,10 @@ class Pipeline:
             return False
         return True
 
-    def _write_run_yaml(self) -> str:
-        """The user's config with this run directory's paths: what `trainer apply` runs."""
+    def _write_run_yaml(self) -> None:
+        """The user's config with this run directory's paths: what `trainer apply` runs.
+        Rewritten when the run directory moved; no stage key reads its bytes (the paths
+        are where the run is, not what it computes)."""
         from ruamel.yaml import YAML  # noqa: PLC0415
 
         yaml = YAML()  # round-trip: the user's comments and key order survive
@@ -255,13 +350,12 @@ class Pipeline:
         yaml.dump(tree, buffer)
         target = self.paths.run_config
         text = buffer.getvalue()
-        if not target.exists() or target.read_text(encoding="utf-8") != text:
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
             atomic_write_text(target, text)
-        return sha256_file(target)
 
-    def _train(self, state, run_cfg, run_yaml_sha: str, data_sha: str) -> tuple[Path, str]:
+    def _train(self, state: PipelineState, run_cfg, data_sha: str) -> tuple[Path, str]:
+        from trainer.checkpoint.layout import MANIFEST_FILE, step_of  # noqa: PLC0415
         from trainer.checkpoint.load import latest_valid  # noqa: PLC0415
-        from trainer.checkpoint.manifest import MANIFEST_FILE  # noqa: PLC0415
         from trainer.train.apply import (  # noqa: PLC0415
             ApplyError,
             ApplyOptions,
@@ -270,35 +364,44 @@ class Pipeline:
             apply_config,
             summary_line,
         )
+        from trainer.train.checkpointing import identity_hash  # noqa: PLC0415
 
         steps = self.options.max_steps or run_cfg.training.max_steps
+        # The run, not where it is: a moved run directory keeps the key and resumes. The
+        # steps asked for are not in it: a longer --max-steps continues the same run.
         key = stage_key(
             {
-                "run.yaml": run_yaml_sha,
+                "run": identity_hash(run_cfg.to_json()),
                 "data": data_sha,
-                "max_steps": steps,
                 "device": self.options.device,
             }
         )
-        train_dir = self.paths.train.root
+        train = self.paths.train
         with self._stage(3, "train") as info:
-            if state.done("train", key, self.out):
+            if state.done("train", key, self.out) and state.result("train", "steps") == steps:
                 checkpoint = self.out / state.output("train", "checkpoint")
-                info.update(reused=True, note=f"{self._rel(checkpoint)} verified")
+                info.update(reused=True, note=f"{self._rel(checkpoint)} verified by sha256")
                 return checkpoint, state.output("train", "manifest_sha256")
             started = time.perf_counter()
-            newest, resume = None, None
-            if train_dir.is_dir():
-                newest, _ = latest_valid(self.paths.train.checkpoints)
-            if state.started("train", key) and newest is not None:
-                self.say(f"      resuming the interrupted run from {self._rel(newest)}")
+            newest = latest_valid(train.checkpoints)[0] if train.root.is_dir() else None
+            resume = None
+            if state.same_key("train", key) and newest is not None and step_of(newest) <= steps:
+                if state.stages["train"].get("status") == "done":  # a longer --max-steps
+                    self.say(f"      continuing the run from {self._rel(newest)} to step {steps}")
+                else:
+                    self.say(f"      resuming the interrupted run from {self._rel(newest)}")
                 resume = "latest"
             else:
-                _remove(train_dir)
+                why = (
+                    f"it trained past step {steps}"
+                    if state.same_key("train", key) and newest is not None
+                    else "another run config, data or device"
+                )
+                self._make_room(state, "train", train.root, why)
             state.mark_started("train", key)
             options = ApplyOptions(
                 max_steps=self.options.max_steps,
-                out=train_dir,
+                out=train.root,
                 device=self.options.device,
                 resume=resume,
             )
@@ -309,6 +412,8 @@ class Pipeline:
             except RunAbortedError as exc:
                 raise _failed("train", f"run aborted: {exc}", exit_codes.ABORTED) from exc
             self.say(summary_line(result, self.paths.run_config, out_dir))
+            if result.stop_reason == "signal":  # not finished: resumed by the next run
+                raise _interrupted(result.steps_run, result.signal)
             if result.save_failed is not None:  # its steps are not all saved: no export
                 raise _failed(
                     "train",
@@ -319,19 +424,25 @@ class Pipeline:
             if result.stop_reason == "alert":  # it did not finish: no stage after it runs
                 stopped = alert_line(result) or "stopped by an alert"
                 raise _failed("train", stopped, exit_codes.ALERT_STOPPED)
-            newest, skipped = latest_valid(self.paths.train.checkpoints)
+            newest, skipped = latest_valid(train.checkpoints)
             if newest is None:
                 raise PipelineError(
-                    f"stage train: {self.paths.train.checkpoints} holds no valid checkpoint after "
+                    f"stage train: {train.checkpoints} holds no valid checkpoint after "
                     f"the run ({'; '.join(why for _, why in skipped) or 'none written'})"
                 )
             manifest_sha = sha256_file(newest / MANIFEST_FILE)
             state.record(
                 "train",
                 key,
-                outputs={self._rel(newest / MANIFEST_FILE): manifest_sha},
+                # The checkpoint the later stages read, every file of it, and the run's
+                # record of its steps (the plots are drawn from it).
+                outputs=self._tree(newest, train.metrics, train.training_state, train.manifest),
                 seconds=time.perf_counter() - started,
-                results={"checkpoint": self._rel(newest), "manifest_sha256": manifest_sha},
+                results={
+                    "checkpoint": self._rel(newest),
+                    "manifest_sha256": manifest_sha,
+                    "steps": steps,
+                },
             )
             return newest, manifest_sha
 
@@ -345,7 +456,7 @@ class Pipeline:
                 return
             started = time.perf_counter()
             target = self.paths.export
-            _remove(target)
+            self._make_room(state, "export", target, "another checkpoint or tokenizer")
             try:
                 export_checkpoint(checkpoint, target, tokenizer_dir=self.paths.tokenizer)
             except EXPORT_ERRORS as exc:
@@ -355,7 +466,7 @@ class Pipeline:
             state.record(
                 "export",
                 key,
-                outputs={self._rel(model): sha},
+                outputs=self._tree(target),
                 seconds=time.perf_counter() - started,
                 results={
                     "dir": self._rel(target),
@@ -407,7 +518,7 @@ class Pipeline:
                 return
             started = time.perf_counter()
             target = self.paths.plots
-            _remove(target)
+            self._make_room(state, "plots", target, "the run's metrics changed")
             try:
                 write_plots([self.paths.train.root], target)
             except PlotError as exc:
@@ -416,7 +527,7 @@ class Pipeline:
             state.record(
                 "plots",
                 key,
-                outputs={self._rel(target / n): sha256_file(target / n) for n in made},
+                outputs=self._tree(target),
                 seconds=time.perf_counter() - started,
                 results={"files": [self._rel(target / n) for n in made]},
             )
@@ -576,12 +687,25 @@ def _steps_done(checkpoint: Path) -> int:
     return read_state(checkpoint).step
 
 
-def _remove(path: Path) -> None:
-    """A stage's own output, about to be made again (never anything outside the run dir)."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
+def _interrupted(step: int, signum: int | None) -> PipelineError:
+    """A training run a signal stopped: not done, its checkpoint kept, resumed next time;
+    the status is the signal's conventional one (128 + its number) so that a script or a
+    scheduler sees the job did not finish."""
+    name = signal.Signals(signum).name if signum else "a signal"
+    status = exit_codes.SIGNALLED_BASE + (signum or signal.SIGTERM)
+    return PipelineError(
+        f"stage train: interrupted by {name} after step {step}; its checkpoint is kept and "
+        "nothing was exported or scored. Run the pipeline again to resume the training",
+        status=status,
+    )
+
+
+def _free_name(base: Path) -> Path:
+    """``base`` with the first free ``-N`` suffix (N from 1): a name nothing has yet."""
+    n = 1
+    while os.path.lexists(f"{base}-{n}"):
+        n += 1
+    return Path(f"{base}-{n}")
 
 
 def _tree_bytes(path: Path) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from gates.files import sha256_file
 from trainer import exit_codes
 from trainer.runfiles.json_file import atomic_write_json
 from trainer.runfiles.names import PipelineDir
+from trainer.userfiles import UserFileError, read_user_text
 
 FORMAT = "shipgate-pipeline"
 FORMAT_VERSION = 1
@@ -65,17 +67,22 @@ class PipelineState:
 
     @classmethod
     def load(cls, run_dir: Path) -> PipelineState:
+        """The record in ``run_dir`` (empty when there is none); PipelineError naming the
+        file for one that is not a regular file (a FIFO never blocks: the one read rule,
+        trainer/userfiles.py), not JSON, or not shaped as this module writes it."""
         path = PipelineDir(run_dir).state
-        if not path.exists():
+        if not os.path.lexists(path):
             return cls(path)
+        afresh = "move it away (or the whole run directory) to start the pipeline afresh"
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise PipelineError(
-                f"{path}: not readable as JSON ({exc}); move it away (or the whole run "
-                "directory) to start the pipeline afresh"
-            ) from exc
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            data = json.loads(read_user_text(path))
+        except UserFileError as exc:
+            raise PipelineError(f"{exc}; {afresh}") from None
+        except ValueError as exc:
+            raise PipelineError(f"{path}: not readable as JSON ({exc}); {afresh}") from None
+        if not isinstance(data, dict):
+            raise PipelineError(f"{path}: not a {FORMAT} file (a JSON {_kind(data)}); {afresh}")
+        if data.get("format") != FORMAT:
             raise PipelineError(f"{path}: not a {FORMAT} file (format {data.get('format')!r})")
         if data.get("format_version") != FORMAT_VERSION:
             raise PipelineError(
@@ -83,9 +90,17 @@ class PipelineState:
                 f"{FORMAT_VERSION}"
             )
         stages = data.get("stages")
-        if not isinstance(stages, dict):
-            raise PipelineError(f"{path}: 'stages' is not an object")
+        if not isinstance(stages, dict) or not all(
+            isinstance(r, dict) and isinstance(r.get("outputs", {}), dict) for r in stages.values()
+        ):
+            raise PipelineError(f"{path}: 'stages' is not an object of stage records; {afresh}")
         return cls(path, stages)
+
+    def claim(self) -> None:
+        """Write the (empty) record now if there is none: the run directory is the
+        pipeline's from its first stage on, even when that stage is killed."""
+        if not os.path.lexists(self.path):
+            self._save()
 
     def done(self, stage: str, key: str, run_dir: Path) -> bool:
         """Finished with these inputs, and its outputs are the bytes it left."""
@@ -98,13 +113,45 @@ class PipelineState:
                 return False
         return True
 
-    def started(self, stage: str, key: str) -> bool:
-        """Begun with these inputs and not finished (a run to resume, say)."""
+    def same_key(self, stage: str, key: str) -> bool:
+        """Begun or finished with these inputs (a run to resume or to continue, say)."""
         record = self.stages.get(stage)
-        return bool(record) and record.get("key") == key and record.get("status") == "started"
+        return bool(record) and record.get("key") == key
+
+    def made_exactly(self, stage: str, target: Path, run_dir: Path) -> bool:
+        """Whether ``target`` holds exactly the files ``stage`` recorded under it, each
+        with its recorded sha256, and nothing else (no other file, no symlink): then it is
+        the pipeline's own and may be made again in its place."""
+        record = self.stages.get(stage)
+        if not record or record.get("status") != "done":
+            return False
+        run_dir, target = Path(run_dir), Path(target)
+        prefix = target.relative_to(run_dir).as_posix()
+        recorded = {
+            rel: sha
+            for rel, sha in record.get("outputs", {}).items()
+            if rel == prefix or rel.startswith(prefix + "/")
+        }
+        if not recorded or target.is_symlink():
+            return False
+        entries = [target] if not target.is_dir() else list(target.rglob("*"))
+        found = {}
+        for entry in entries:
+            if entry.is_symlink() or not (entry.is_file() or entry.is_dir()):
+                return False
+            if entry.is_file():
+                found[entry.relative_to(run_dir).as_posix()] = entry
+        return found.keys() == recorded.keys() and all(
+            sha256_file(found[rel]) == sha for rel, sha in recorded.items()
+        )
 
     def output(self, stage: str, name: str) -> str:
         return self.stages[stage]["results"][name]
+
+    def result(self, stage: str, name: str) -> object:
+        """A recorded result, None when the stage or the result is not recorded (a record
+        written by an earlier version)."""
+        return self.stages.get(stage, {}).get("results", {}).get(name)
 
     def mark_started(self, stage: str, key: str) -> None:
         self.stages[stage] = {"key": key, "status": "started", "started_at": _now()}
@@ -139,6 +186,12 @@ class PipelineState:
             self.path,
             {"format": FORMAT, "format_version": FORMAT_VERSION, "stages": self.stages},
         )
+
+
+def _kind(value: object) -> str:
+    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number"
+    )
 
 
 def _now() -> str:

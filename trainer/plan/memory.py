@@ -35,6 +35,7 @@ and during backward the gradients of the log-softmax and of the logits (2 x 4 B 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -106,8 +107,16 @@ def format_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
+#: The most memory a size may name: 1 PiB, thousands of times any accelerator's or host's.
+#: Past it (1e309GiB is an infinity) the number is a typo, and a plan against it would
+#: call any run a fit.
+MAX_SIZE = 1 << 50
+
+
 def parse_size(text: str) -> int:
-    """'24GiB', '24 GiB', '80GB', '512M', '1000000' -> bytes (GB = 10^9, GiB = 2^30)."""
+    """'24GiB', '24 GiB', '80GB', '512M', '1000000' -> bytes (GB = 10^9, GiB = 2^30);
+    ValueError for anything else: no number, an unknown unit, not a positive size, a
+    non-finite one (nan, inf, 1e309GiB) or one past MAX_SIZE."""
     raw = text.strip().replace(" ", "").replace("_", "")
     digits = raw.rstrip("BbKkMmGgTtIi")
     unit = raw[len(digits) :].lower()
@@ -117,10 +126,14 @@ def parse_size(text: str) -> int:
         raise ValueError(f"{text!r} is not a size; write e.g. 24GiB, 80GB or 512MiB") from None
     if unit not in _UNITS:
         raise ValueError(f"{text!r}: unknown unit {unit!r}; use B, KiB, MiB, GiB, TiB, KB, MB, GB")
-    size = int(value * _UNITS[unit])
-    if size <= 0:
+    size = value * _UNITS[unit]
+    if not math.isfinite(size):
+        raise ValueError(f"{text!r} is not a finite size")
+    if size > MAX_SIZE:
+        raise ValueError(f"{text!r} is more than 1 PiB ({MAX_SIZE} bytes): no device has that")
+    if int(size) <= 0:
         raise ValueError(f"{text!r} is not a positive size")
-    return size
+    return int(size)
 
 
 # ---------------------------------------------------------------- activations

@@ -14,6 +14,7 @@ as "nan"/"inf" strings, since JSON has none) become NaN: a gap in the line, not 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,7 +63,7 @@ def load_run(run_dir: Path) -> RunSeries:
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir}: not a directory (a run directory is a trainer apply --out)")
     path = run_dir / METRICS_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):  # a FIFO in its place is named by read_metrics, not missed
         raise RunDirError(f"{run_dir}: not a run directory: no {METRICS_FILE}")
     try:
         records = read_metrics(path)

@@ -9,4 +9,5 @@ directory's file; each imports the name from here.
   fsynced).
 - metrics_file.py: metrics.jsonl (append, flushed; read, parse, rewind).
 - training_state.py: training_state.json (the latest record, how the run ended).
+- lock.py: writer_lock, the one-writer lock of a run directory (readers never take it).
 """

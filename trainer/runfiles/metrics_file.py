@@ -12,6 +12,10 @@
   a crash after the checkpoint is taken again, and each step appears once.
 - JSON has no NaN or infinity: ``json_record`` writes them as the strings "nan", "inf",
   "-inf" rather than lie or crash (the store reads them back as numbers).
+- Only a regular file is read or appended to (``read_run_file``, the rule of
+  gates/files.py read_regular): a FIFO, a device or a socket in its place is a
+  MetricsFileError saying which, never an open that waits for a reader or a writer that
+  never comes (a FIFO blocked `trainer apply --resume` past SIGTERM), nor an endless read.
 
 The file's name is names.METRICS_FILE; training_state.json, written beside it every
 step, is training_state.py's.
@@ -19,17 +23,39 @@ step, is training_state.py's.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import stat
 from pathlib import Path
 from typing import TextIO
 
-from gates.files import atomic_write_bytes
+from gates.files import FileTooLargeError, NotRegularFileError, atomic_write_bytes, read_regular
 
 
 class MetricsFileError(ValueError):
     """metrics.jsonl (or training_state.json) cannot be trusted: a bad line before the last,
-    a state file that is not a JSON object; names the file and line."""
+    a state file that is not a JSON object, a FIFO or a device in the file's place; names
+    the file and line."""
+
+
+#: A run's metrics.jsonl grows by a few hundred bytes a step: a million steps fit many
+#: times over. The bound only keeps a read finite; a device is refused before it.
+METRICS_LIMIT = 1 << 40
+
+
+def read_run_file(path: Path, limit: int = METRICS_LIMIT) -> bytes:
+    """The bytes of a run's file ``path``, read under the one rule (gates.files.read_regular:
+    a regular file, symlinks followed, at most ``limit`` bytes): MetricsFileError naming
+    ``path`` and what is there instead (a FIFO, a device, a socket, a directory, a
+    dangling symlink); any other OSError (none there, a permission) propagates."""
+    try:
+        return read_regular(path, limit)
+    except IsADirectoryError:
+        raise MetricsFileError(f"{path}: a directory, not a file") from None
+    except (NotRegularFileError, FileTooLargeError) as exc:
+        raise MetricsFileError(f"{path}: {exc.strerror}") from None
 
 
 def _json_number(value: float) -> float | str:
@@ -48,7 +74,7 @@ class MetricsLog:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._file: TextIO | None = self.path.open("a", encoding="utf-8")
+        self._file: TextIO | None = os.fdopen(_open_for_append(self.path), "a", encoding="utf-8")
 
     def append(self, line: dict) -> None:
         """Append ``line`` (a json_record) as one line of JSON."""
@@ -62,6 +88,38 @@ class MetricsLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _open_for_append(path: Path) -> int:
+    """A descriptor appending to the regular file ``path`` (created when missing); a FIFO
+    or a device in its place is a MetricsFileError, before a byte is written. O_NONBLOCK:
+    opening a FIFO to write would otherwise wait for a reader; a regular file ignores it,
+    and it is cleared before the first write all the same."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a FIFO that no process reads
+            raise MetricsFileError(f"{path}: a FIFO (named pipe), not a regular file") from None
+        if exc.errno == errno.EISDIR:
+            raise MetricsFileError(f"{path}: a directory, not a file") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise MetricsFileError(f"{path}: {_kind(mode)}, not a regular file")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
 
 
 def parse_line(line: bytes, number: int, path: Path, last: bool) -> dict | None:
@@ -96,18 +154,20 @@ def parse_lines(data: bytes, path: Path) -> list[tuple[bytes, dict]]:
 
 def read_metrics(path: Path) -> list[dict]:
     """Every record of a metrics.jsonl, in file order, under the rule rewind applies
-    (parse_lines). OSError propagates."""
+    (parse_lines). A FIFO or a device in its place is a MetricsFileError (read_run_file);
+    any other OSError propagates."""
     path = Path(path)
-    return [record for _, record in parse_lines(path.read_bytes(), path)]
+    return [record for _, record in parse_lines(read_run_file(path), path)]
 
 
 def rewind_metrics(path: Path, step: int) -> tuple[list[int], dict | None]:
     """Make ``path`` the metrics of a run that stopped after ``step``: drop the lines of
     later steps and a torn last line, rewriting the file atomically only when something
     changes. Returns (the steps dropped, the last record kept or None). Raises
-    MetricsFileError on a bad line before the last; OSError propagates."""
+    MetricsFileError on a bad line before the last or a file that is no regular file
+    (read_run_file); any other OSError propagates."""
     path = Path(path)
-    raw = path.read_bytes()
+    raw = read_run_file(path)
     kept, dropped, last_record = [], [], None
     for line, record in parse_lines(raw, path):  # a torn last line is left out
         if record["step"] > step:

@@ -19,6 +19,8 @@ A training run's directory (``trainer apply --out``; a pipeline's ``train/``):
   CHECKPOINT_STATE_FILE, ``state.json``).
 - ``export/`` (EXPORT_DIR): an export kept with the run, hashed by `trainer runs sync`;
   ``plots/`` (PLOTS_DIR): where `trainer plot RUN_DIR` draws by default.
+- ``.writer.lock`` (WRITER_LOCK_FILE): the advisory lock of whoever writes the directory
+  (lock.py), here and in a pipeline's run directory.
 
 A pipeline's run directory (``trainer pipeline --out``) holds ``pipeline.json``
 (PIPELINE_STATE_FILE: each stage's key and outputs, trainer/pipeline/state.py), the run
@@ -43,6 +45,8 @@ RUNS_DB_FILE = "runs.db"
 CHECKPOINTS_DIR = "checkpoints"
 EXPORT_DIR = "export"
 PLOTS_DIR = "plots"
+#: The writer lock of a run directory, training run's and pipeline's alike (lock.py).
+WRITER_LOCK_FILE = ".writer.lock"
 
 # ------------------------------------------------------------------ a pipeline run
 PIPELINE_STATE_FILE = "pipeline.json"

@@ -20,7 +20,10 @@ import json
 from pathlib import Path
 
 from trainer.runfiles.json_file import atomic_write_json
-from trainer.runfiles.metrics_file import MetricsFileError
+from trainer.runfiles.metrics_file import MetricsFileError, read_run_file
+
+#: training_state.json holds one metrics record and a few fields: a few KB.
+STATE_LIMIT = 16 * 1024 * 1024
 
 #: How a run ended (training_state.json "status"): max_steps reached, early stopping,
 #: SIGTERM/SIGINT, a stop alert (monitoring.alerts), an exception (NaN, divergence, ...),
@@ -51,9 +54,11 @@ def write_end(
     check_end_status(status)
     path = Path(path)
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        state = json.loads(read_run_file(path, STATE_LIMIT))  # a FIFO: refused, not waited on
     except FileNotFoundError:
         state = {"max_steps": max_steps, "last": None}
+    except MetricsFileError as exc:
+        raise MetricsFileError(f"{exc}; the end status is not recorded") from None
     except ValueError as exc:  # not JSON: written by something else (ours is atomic)
         raise MetricsFileError(
             f"{path}: not JSON ({exc}); the end status is not recorded"

@@ -23,10 +23,12 @@ never rewritten, repaired or deleted.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from gates.files import NotRegularFileError, open_regular
 from trainer.store.locks import write_lock_holders
 from trainer.store.schema import Schema
 
@@ -72,6 +74,13 @@ def translate(exc: sqlite3.Error, path: Path, timeout: float | None = None) -> S
         return StoreLockedError(_locked_message(path, busy_timeout(timeout)))
     if any(marker in text for marker in _CORRUPT_MARKERS):
         return StoreCorruptError(f"{path}: corrupt ({text}); it was left as it is")
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    if name == "SQLITE_FULL" or name.startswith("SQLITE_IOERR"):
+        # ENOSPC and EFBIG reach SQLite as a failed write: the transaction is rolled back.
+        return StoreError(
+            f"{path}: cannot be written ({text}, {name}): the disk is full or a file-size "
+            "limit was reached; the write was rolled back, nothing of it is recorded"
+        )
     return StoreError(f"{path}: {text}")
 
 
@@ -81,13 +90,20 @@ def _check_file(path: Path, schema: Schema, *, must_exist: bool) -> None:
         if must_exist:
             raise StoreError(f"{path}: no such file")
         return
-    if not path.is_file():
-        raise StoreError(f"{path}: not a file, so not a {schema.what}")
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(len(_SQLITE_HEADER))
+    try:  # the one read rule: a FIFO or a device is named, never opened to wait on
+        fd = open_regular(path)
+    except IsADirectoryError:
+        raise StoreError(f"{path}: not a file (a directory), so not a {schema.what}") from None
+    except NotRegularFileError as exc:
+        raise StoreError(f"{path}: {exc.strerror}, so not a {schema.what}") from None
     except OSError as exc:
         raise StoreError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        head = os.read(fd, len(_SQLITE_HEADER))
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
     if head == b"" and not must_exist:
         return  # an empty file is an empty database: nothing in it to lose
     if head != _SQLITE_HEADER:

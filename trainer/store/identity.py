@@ -26,9 +26,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from gates.files import read_regular
+
 RUN_ID_KEY = "run_id"
 STARTED_KEY = "run_started"
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+#: A run manifest is a few KB (the resolved config, host, versions); far more is not one.
+MANIFEST_LIMIT = 16 * 1024 * 1024
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +74,7 @@ def launch_identity(previous: Path | None, *, created: str) -> dict[str, Any]:
     previous manifest that cannot be read gives a new id, with a warning logged."""
     if previous is not None and Path(previous).is_file():
         try:
-            old = json.loads(Path(previous).read_text(encoding="utf-8"))
+            old = json.loads(read_regular(previous, MANIFEST_LIMIT))  # a FIFO: refused
             if not isinstance(old, dict):
                 raise IdentityError(f"{previous}: not a JSON object")
             run_id, started = identity_of(old, Path(previous))

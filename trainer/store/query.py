@@ -17,9 +17,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from gates.files import read_regular
 from trainer.runfiles.names import RUNS_DB_FILE, TRAINING_STATE_FILE
 from trainer.store import db, registry
-from trainer.store.rundir import RunDirError, check_run_dir
+from trainer.store.rundir import JSON_LIMIT, RunDirError, check_run_dir
 from trainer.store.schema import STORE
 
 
@@ -137,8 +138,8 @@ def _summary(conn: sqlite3.Connection, run_id: str) -> MetricsSummary:
 
 def _state_last_step(run_dir: Path) -> int | None:
     """training_state.json's last step; None when it cannot say (then no note is made)."""
-    try:
-        state = json.loads((run_dir / TRAINING_STATE_FILE).read_text(encoding="utf-8"))
+    try:  # under the one read rule: a FIFO there is no state, never a wait
+        state = json.loads(read_regular(run_dir / TRAINING_STATE_FILE, JSON_LIMIT))
         step = state["last"]["step"]
     except (OSError, ValueError, TypeError, KeyError):
         return None
@@ -166,6 +167,23 @@ def _run_row(conn: sqlite3.Connection, target: Target, path: Path) -> dict[str, 
     return run
 
 
+def _params(conn: sqlite3.Connection, run_id: str, path: Path) -> dict[str, Any]:
+    """The run's params, each value parsed from its JSON; StoreCorruptError naming the
+    store and the key for one that does not parse (the store writes JSON only)."""
+    params = {}
+    for key, value in conn.execute(
+        "SELECT key, value FROM params WHERE run_id = ? ORDER BY key", (run_id,)
+    ):
+        try:
+            params[key] = json.loads(value)
+        except (TypeError, ValueError):
+            raise db.StoreCorruptError(
+                f"{path}: param {key!r} holds {str(value)[:40]!r}, not JSON; rebuild the "
+                f"store with `trainer runs sync` (move {path.name} aside first)"
+            ) from None
+    return params
+
+
 def load_view(target: Target) -> RunView:
     """What ``target``'s store says about its run. StoreError naming runs.db when there is
     none or it cannot be read (locked, corrupt, newer, not ours)."""
@@ -179,12 +197,7 @@ def load_view(target: Target) -> RunView:
     try:
         run = _run_row(conn, target, path)
         run_id = run["run_id"]
-        params = {
-            key: json.loads(value)
-            for key, value in conn.execute(
-                "SELECT key, value FROM params WHERE run_id = ? ORDER BY key", (run_id,)
-            )
-        }
+        params = _params(conn, run_id, path)
         metrics = _summary(conn, run_id)
         artifacts = [
             {"kind": k, "path": p, "sha256": s, "bytes": b, "step": st}

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gates.files import sha256_file
+from gates.files import read_regular, sha256_file
 from trainer.checkpoint.layout import (
     MANIFEST_FILE,
     CheckpointError,
@@ -38,7 +38,7 @@ from trainer.checkpoint.layout import (
     step_of,
 )
 from trainer.checkpoint.manifest import read_manifest as read_checkpoint_manifest
-from trainer.runfiles.metrics_file import MetricsFileError, parse_lines
+from trainer.runfiles.metrics_file import MetricsFileError, parse_lines, read_run_file
 from trainer.runfiles.names import (
     CHECKPOINTS_DIR,
     EXPORT_DIR,
@@ -49,6 +49,7 @@ from trainer.runfiles.names import (
 from trainer.runfiles.training_state import END_STATUSES
 from trainer.store.identity import IdentityError, identity_of
 from trainer.store.schema import INTEGER_METRICS, METRIC_COLUMNS
+from trainer.userfiles import display, is_utf8_name
 
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -96,14 +97,23 @@ def check_run_dir(run_dir: Path) -> Path:
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir}: not a directory (a run directory is a trainer apply --out)")
     for name in (RUN_MANIFEST_FILE, METRICS_FILE):
-        if not (run_dir / name).is_file():
+        # lexists: a FIFO or a directory in a file's place is named by its read, not
+        # called missing
+        if not os.path.lexists(run_dir / name):
             raise RunDirError(f"{run_dir}: not a run directory: no {name}")
     return run_dir.resolve()
 
 
+#: run_manifest.json and training_state.json are a few KB each; far more is not a run's.
+JSON_LIMIT = 16 * 1024 * 1024
+
+
 def _read_json(path: Path) -> Any:
+    """A run's JSON file, read under the one rule (gates.files.read_regular): a FIFO or a
+    device in its place is a RunDirError saying which, never a read that waits or never
+    ends."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_regular(path, JSON_LIMIT).decode("utf-8"))
     except OSError as exc:
         raise RunDirError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -215,7 +225,7 @@ def read_metric_rows(path: Path) -> list[tuple]:
     """metric_row of every record of a metrics.jsonl, steps increasing."""
     path = Path(path)
     try:
-        pairs = parse_lines(path.read_bytes(), path)
+        pairs = parse_lines(read_run_file(path), path)
     except MetricsFileError as exc:
         raise RunDirError(str(exc)) from None
     except OSError as exc:
@@ -312,9 +322,9 @@ def read_state(run_dir: Path) -> tuple[int | None, EndRecord | None]:
     """(max_steps, the end record) of training_state.json; (None, None) when there is no
     such file yet, and no end record while the run is going (or was killed)."""
     path = Path(run_dir) / TRAINING_STATE_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None, None
-    state = _read_json(path)
+    state = _read_json(path)  # a FIFO or a directory in its place: refused, saying which
     if not isinstance(state, dict):
         raise RunDirError(f"{path}: not a JSON object")
     max_steps = state.get("max_steps")
@@ -349,13 +359,56 @@ def read_run_dir(run_dir: Path, *, exports: bool = False) -> RunFiles:
             artifacts += export_artifacts(run_dir)
     except OSError as exc:
         raise RunDirError(f"{run_dir}: cannot read: {exc}") from None
+    params = flatten(manifest.get("config"))
+    _require_utf8_text(run_dir, run, params, artifacts)
     return RunFiles(
         run_dir=run_dir,
         run_id=run_id,
         run=run,
-        params=flatten(manifest.get("config")),
+        params=params,
         metrics=metrics,
         artifacts=artifacts,
         end=end,
         skipped=skipped,
     )
+
+
+def utf8_dir_problem(run_dir: Path) -> str | None:
+    """Why the run store cannot record ``run_dir`` (None: it can): a name of bytes that are
+    not UTF-8 (a lone surrogate in Python's str), which SQLite's TEXT cannot hold."""
+    if is_utf8_name(run_dir):
+        return None
+    return (
+        f"{display(run_dir)}: not a UTF-8 name; the run store records run directories as "
+        "UTF-8 text: rename the directory, then sync it"
+    )
+
+
+def _require_utf8_text(
+    run_dir: Path, run: dict[str, Any], params: list[tuple[str, str]], artifacts: list[Artifact]
+) -> None:
+    """RunDirError naming the file and field of the first text the store cannot hold: a
+    lone surrogate (a non-UTF-8 byte in a name, or a "\\udcff" escape in the manifest's
+    JSON) that SQLite would refuse half-way through a sync with a UnicodeEncodeError."""
+    problem = utf8_dir_problem(run_dir)
+    if problem:
+        raise RunDirError(problem)
+    manifest = run_dir / RUN_MANIFEST_FILE
+    for key, value in run.items():
+        if isinstance(value, str) and not is_utf8_name(value):
+            raise RunDirError(
+                f'{manifest}: {key} "{display(value)}" holds a lone surrogate, not UTF-8 '
+                "text; the run store cannot record it"
+            )
+    for key, _ in params:
+        if not is_utf8_name(key):
+            raise RunDirError(
+                f'{manifest}: config key "{display(key)}" holds a lone surrogate, not UTF-8 '
+                "text; the run store cannot record it"
+            )
+    for artifact in artifacts:
+        if not is_utf8_name(artifact.path):
+            raise RunDirError(
+                f"{display(run_dir / artifact.path)}: not a UTF-8 name; the run store records "
+                "file names as UTF-8 text: rename it, then sync"
+            )

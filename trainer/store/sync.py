@@ -2,6 +2,11 @@
 
     summary = sync_run_dir(Path("runs/demo/train"))   # runs.db (re)built, the run registered
 
+A sync writes the run directory (its runs.db), so it takes the directory's writer lock
+(trainer/runfiles/lock.py) for as long as it writes: a run being trained, a pipeline or
+an export writing it is another writer, and the sync is refused naming its pid (sync it
+once that has finished). Reading commands (`trainer runs ls/show`) take no lock.
+
 The store is derived from the run's files (rundir.py): syncing replaces the run's params,
 metrics and artifacts with what the files say now, in one transaction, so a run made
 before the store existed, or whose store was deleted, or whose recording stopped half-way
@@ -17,15 +22,23 @@ another run) is refused, never replaced: move it aside and sync again to rebuild
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from trainer.runfiles.lock import writer_lock
 from trainer.runfiles.names import METRICS_FILE, RUNS_DB_FILE, TRAINING_STATE_FILE
 from trainer.store import db, registry
-from trainer.store.rundir import RunFiles, check_run_dir, read_run_dir
+from trainer.store.rundir import (
+    RunDirError,
+    RunFiles,
+    check_run_dir,
+    read_run_dir,
+    utf8_dir_problem,
+)
 from trainer.store.schema import METRIC_COLUMNS, STORE
 
 METRICS_INSERT = (
@@ -156,33 +169,31 @@ def _stat(path: Path) -> tuple[int, int] | None:
 
 def sync_run_dir(run_dir: Path, *, timeout: float | None = None) -> SyncSummary:
     """Rebuild ``run_dir``'s runs.db from its files and register the run. RunDirError when
-    it is no run directory (nothing created), StoreError when its store cannot be used
-    (left as it is). A registry that cannot be written is reported in the summary: the
-    store was still synced."""
+    it is no run directory, or holds text the store cannot (nothing created); StoreError
+    when its store cannot be used (left as it is); RunDirLockedError, naming the holder's
+    pid, when another process writes ``run_dir`` (a training run, a pipeline: its writer
+    lock, trainer/runfiles/lock.py, is taken for the sync). A registry that cannot be
+    written is reported in the summary: the store was still synced."""
     run_dir = check_run_dir(run_dir)
+    unusable = utf8_dir_problem(run_dir)
+    if unusable:  # before the lock file is made in it
+        raise RunDirError(unusable)
+    with writer_lock(run_dir, "trainer runs sync"):
+        return _sync(run_dir, timeout)
+
+
+def _sync(run_dir: Path, timeout: float | None) -> SyncSummary:
     files = read_run_dir(run_dir, exports=True)  # bad input is refused before any write
-    path = run_dir / RUNS_DB_FILE
     seen = _stat(run_dir / METRICS_FILE)
+    path = run_dir / RUNS_DB_FILE
     check_store_run(path, files.run_id, run_dir)
-    conn = db.open_writer(path, STORE, timeout=timeout)
+    created = not os.path.lexists(path)
     try:
-        with db.transaction(conn):
-            if _stat(run_dir / METRICS_FILE) != seen:  # a live run wrote a step meanwhile
-                files = read_run_dir(run_dir, exports=True)
-            status, reason, ended = _end_of(stored_end(conn, files.run_id), files)
-            write_run(
-                conn,
-                files,
-                path,
-                status=status,
-                stop_reason=reason,
-                ended=ended,
-                replace_exports=True,
-            )
-    except sqlite3.Error as exc:
-        raise db.translate(exc, path, timeout) from None
-    finally:
-        db.close_writer(conn, STORE)
+        files, status = _write_store(path, files, seen, timeout)
+    except BaseException:
+        if created:  # a store this sync began (a full disk): none is left, not an empty one
+            _remove_store(path)
+        raise
     reg_path, reg_error = None, None
     try:
         reg_path = registry.register(
@@ -201,3 +212,39 @@ def sync_run_dir(run_dir: Path, *, timeout: float | None = None) -> SyncSummary:
         registry=reg_path,
         registry_error=reg_error,
     )
+
+
+def _write_store(
+    path: Path, files: RunFiles, seen: tuple[int, int] | None, timeout: float | None
+) -> tuple[RunFiles, str]:
+    """Replace the run's rows in the store at ``path`` with ``files``'s (read when
+    metrics.jsonl's size and mtime were ``seen``), in one transaction; (the files written,
+    the status recorded)."""
+    conn = db.open_writer(path, STORE, timeout=timeout)
+    try:
+        with db.transaction(conn):
+            # A run of a trainer without the writer lock may have written a step meanwhile.
+            if _stat(files.run_dir / METRICS_FILE) != seen:
+                files = read_run_dir(files.run_dir, exports=True)
+            status, reason, ended = _end_of(stored_end(conn, files.run_id), files)
+            write_run(
+                conn,
+                files,
+                path,
+                status=status,
+                stop_reason=reason,
+                ended=ended,
+                replace_exports=True,
+            )
+    except sqlite3.Error as exc:
+        raise db.translate(exc, path, timeout) from None
+    finally:
+        db.close_writer(conn, STORE)
+    return files, status
+
+
+def _remove_store(path: Path) -> None:
+    """Remove the store file at ``path`` and SQLite's companions of it (journal, WAL)."""
+    for name in (path.name, *(path.name + suffix for suffix in ("-journal", "-wal", "-shm"))):
+        with contextlib.suppress(FileNotFoundError):
+            (path.parent / name).unlink()

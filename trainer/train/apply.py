@@ -7,7 +7,8 @@ stage.
 Checks come first and write nothing: ``max_steps``, the config (schema, architecture,
 the values this run's device cannot honour, C-TRAINCFG-001 with the real sequence count),
 the data, and the output directory (a UTF-8 name, absent or a directory, under a writable
-directory; a run already there is refused unless resumed); the
+directory; a run already there is refused unless resumed; another process writing it -
+its writer lock, trainer/runfiles/lock.py, held - is refused naming that process); the
 vocabulary preflight is the loop's own (trainer/train/preflight.py), on a resume too.
 The config's findings, warnings included, go to ``say`` as they are found (the
 command's stderr; by default they are logged, at WARNING). A refusal
@@ -18,9 +19,10 @@ alert) gives its TrainResult, described by ``summary_line`` and ``alert_line``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,10 +30,12 @@ from gates.files import fsync_dir
 from trainer.checkpoint.layout import CheckpointError, checkpoint_dirs
 from trainer.config.algebra import evaluate
 from trainer.config.device import run_device
+from trainer.config.load import RunConfig
 from trainer.config.validate import rule_finding, validate
 from trainer.data.manifest import ShardError
 from trainer.model.params import param_count
-from trainer.runfiles.metrics_file import MetricsFileError
+from trainer.runfiles.lock import RunDirLockedError, writer_lock
+from trainer.runfiles.metrics_file import MetricsFileError, read_run_file
 from trainer.runfiles.names import (
     CHECKPOINTS_DIR,
     METRICS_FILE,
@@ -124,33 +128,66 @@ def apply_config(
     unusable = output_dir_problem(Path(out_dir))
     if unusable:  # before the loop makes it: a file, under a file, unwritable, not UTF-8
         raise ApplyError(f"output directory {unusable}; nothing written")
-    previous = [
-        name for name in (RUN_MANIFEST_FILE, METRICS_FILE) if (Path(out_dir) / name).exists()
-    ]
     if options.restart and options.resume is not None:
         raise ApplyError("--restart starts a run over, --resume continues it: pass one")
+    _check_run_dir(Path(out_dir), options)  # read-only: refused before the lock writes
+    try:  # the loop's own first check (milliseconds), here before the lock makes out_dir
+        preflight.check_run(cfg, run, train_data, val_data)
+    except preflight.PreflightError as exc:
+        raise ApplyError(f"{config}: {exc}") from exc
+    with _one_writer(Path(out_dir)):
+        _check_run_dir(Path(out_dir), options)  # again, now that nobody else writes it
+        if options.restart:
+            _set_aside(Path(out_dir))
+        return _train(cfg, config, train_data, val_data, run), out_dir
+
+
+def _check_run_dir(out_dir: Path, options: ApplyOptions) -> None:
+    """A run already in ``out_dir`` is continued (--resume) or set aside (--restart), never
+    appended to; --resume needs a checkpoint to continue from."""
+    previous = [name for name in (RUN_MANIFEST_FILE, METRICS_FILE) if (out_dir / name).exists()]
     if previous and options.resume is None and not options.restart:
         # Appending a second run's steps to the first's metrics would make both unreadable.
         raise ApplyError(
             f"{out_dir} already holds a run ({', '.join(previous)}); "
-            f"{_what_to_do(Path(out_dir))}; nothing written"
+            f"{_what_to_do(out_dir)}; nothing written"
         )
     if options.resume is not None and str(options.resume) == "latest":
-        _check_resumable(Path(out_dir), previous)
-    if options.restart:
-        _set_aside(Path(out_dir))
+        _check_resumable(out_dir, previous)
 
+
+@contextlib.contextmanager
+def _one_writer(out_dir: Path) -> Iterator[None]:
+    """The run directory's writer lock (trainer/runfiles/lock.py), taken by rank 0 alone:
+    under torchrun every rank runs this, and only rank 0 writes."""
+    if os.environ.get("RANK", "0") != "0":
+        yield
+        return
+    try:
+        with writer_lock(out_dir, "trainer apply"):
+            yield
+    except RunDirLockedError as exc:
+        raise ApplyError(f"{exc}; nothing written") from None
+
+
+def _train(
+    cfg: RunConfig,
+    config: Path,
+    train_data: ShardSequences,
+    val_data: ShardSequences,
+    run: RunOptions,
+) -> loop.TrainResult:
+    """loop.train, its refusals as ApplyError and its aborts as RunAbortedError."""
     try:
         # loop.train runs the vocabulary preflight (model, tokenizer, shards, resumed
         # checkpoint) before it builds anything: one check for the CLI and the library.
-        result = loop.train(cfg, train_data, val_data, options=run)
+        return loop.train(cfg, train_data, val_data, options=run)
     except preflight.PreflightError as exc:
         raise ApplyError(f"{config}: {exc}") from exc
     except (CheckpointError, MetricsFileError) as exc:  # refused before any step
         raise ApplyError(f"cannot resume: {exc}") from exc
     except (guards.NonFiniteError, guards.DivergenceError, DataExhaustedError) as exc:
         raise RunAbortedError(str(exc)) from exc
-    return result, out_dir
 
 
 #: What a run leaves in its directory; ``--restart`` moves them into SET_ASIDE_DIR-N/.
@@ -191,10 +228,12 @@ def _check_resumable(out_dir: Path, previous: list[str]) -> None:
 
 
 def _steps_recorded(out_dir: Path) -> str:
-    try:
-        lines = RunDir(out_dir).metrics.read_bytes().splitlines()
-    except OSError:
+    try:  # the one read rule: a FIFO in its place is named, never waited on
+        lines = read_run_file(RunDir(out_dir).metrics).splitlines()
+    except FileNotFoundError:
         return "no metrics"
+    except (OSError, MetricsFileError) as exc:
+        return f"an unreadable {METRICS_FILE} ({exc})"
     return f"{len(lines)} step(s) in {METRICS_FILE}, none checkpointed"
 
 
@@ -213,7 +252,7 @@ def _set_aside(out_dir: Path) -> Path | None:
     if not names:
         return None
     n = 1
-    while (out_dir / f"{SET_ASIDE_DIR}-{n}").exists():
+    while os.path.lexists(out_dir / f"{SET_ASIDE_DIR}-{n}"):  # a planted symlink included
         n += 1
     aside = out_dir / f"{SET_ASIDE_DIR}-{n}"
     try:

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gates.files import atomic_write_text, fsync_dir, sha256_file
+from gates.files import atomic_write_text, fsync_dir, read_regular, sha256_file
 from trainer.checkpoint import load
 from trainer.checkpoint.layout import LATEST_POINTER, CheckpointError, step_of
 from trainer.checkpoint.retention import prune
@@ -47,15 +47,35 @@ from trainer.model.llama import Llama
 from trainer.train import components, distributed, fsdp
 
 log = logging.getLogger(__name__)
+#: The ``latest`` pointer is one line naming a checkpoint directory.
+POINTER_LIMIT = 4096
+
+
+#: Where a run reads and writes, not what it computes: left out of the identity hash, so a
+#: run directory copied or moved elsewhere (its config's paths rewritten) resumes. The data
+#: is identified by content all the same: its manifest's sha256 is the identity's other half.
+LOCATION_KEYS = {"data": ("shards", "tokenizer"), "training": ("output_dir",)}
 
 
 def identity_hash(resolved: dict[str, Any]) -> str:
     """The config hash a resume must match, of a resolved config (RunConfig.to_json(), or
     a run manifest's ``config``): all of it but what changes no step - the ``apply`` block
     (how a process ran it: trainer/train/options.py RunOptions.record),
-    training.data_parallel and monitoring.alerts - and ``path``, the file the config was
-    read from: the hash is of what the config says, so the same config under another
-    file name resumes (paths inside it, data.shards and the like, are content and count)."""
+    training.data_parallel, monitoring.alerts, the paths (LOCATION_KEYS) - and ``path``,
+    the file the config was read from: the hash is of what the config says a step
+    computes, so the same config under another file name or in a moved run directory
+    resumes."""
+    cfg = _without_location(_what_a_step_computes(resolved))
+    return config_hash(cfg)
+
+
+def legacy_identity_hash(resolved: dict[str, Any]) -> str:
+    """identity_hash as checkpoints written before LOCATION_KEYS recorded it (paths
+    included): a resume accepts either, so those checkpoints still resume where they are."""
+    return config_hash(_what_a_step_computes(resolved))
+
+
+def _what_a_step_computes(resolved: dict[str, Any]) -> dict[str, Any]:
     cfg = {k: v for k, v in resolved.items() if k not in ("apply", "path")}
     if isinstance(cfg.get("training"), dict):
         # The strategy is how the ranks share the work, not what a step computes (the
@@ -66,7 +86,15 @@ def identity_hash(resolved: dict[str, Any]) -> str:
         # Alert rules watch the run; they change no step. A run stopped by one resumes
         # with the rule adjusted, and configs written before the key keep their hash.
         cfg["monitoring"] = {k: v for k, v in cfg["monitoring"].items() if k != "alerts"}
-    return config_hash(cfg)
+    return cfg
+
+
+def _without_location(cfg: dict[str, Any]) -> dict[str, Any]:
+    cfg = dict(cfg)
+    for section, keys in LOCATION_KEYS.items():
+        if isinstance(cfg.get(section), dict):
+            cfg[section] = {k: v for k, v in cfg[section].items() if k not in keys}
+    return cfg
 
 
 def run_identity(config: RunConfig) -> tuple[str, str | None]:
@@ -168,10 +196,19 @@ def _resolve(
         log.warning("skipping checkpoint %s: %s", path, why)
     if chosen is None:
         raise CheckpointError(f"{directory}: no valid checkpoint to resume from")
-    pointer = directory / LATEST_POINTER
-    if skipped or not pointer.is_file() or pointer.read_text().strip() != chosen.name:
+    if skipped or _pointed_at(directory) != chosen.name:
         log.info("resuming from %s", chosen)
     return chosen, skipped, verified
+
+
+def _pointed_at(directory: Path) -> str | None:
+    """The checkpoint name the ``latest`` pointer holds; None when it is not a readable
+    regular file (the one read rule: a FIFO there is never waited on)."""
+    try:
+        data = read_regular(directory / LATEST_POINTER, POINTER_LIMIT)
+    except OSError:
+        return None
+    return data.decode("utf-8", "replace").strip()
 
 
 def resolve_checkpoint(spec: str | Path, directory: Path, model: Llama) -> Path:
@@ -224,8 +261,7 @@ def quarantine(directory: Path, skipped: list[tuple[Path, str]], chosen: Path) -
         moved.append(target)
     pointer = directory / LATEST_POINTER
     try:
-        current = pointer.read_text(encoding="utf-8").strip() if pointer.is_file() else None
-        if moved and current != chosen.name:
+        if moved and _pointed_at(directory) != chosen.name:
             atomic_write_text(pointer, chosen.name + "\n")
     except (OSError, UnicodeDecodeError) as exc:  # the next save rewrites it
         log.warning("could not point %s at %s: %s", pointer, chosen.name, exc)

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from trainer.checkpoint import rng
 from trainer.checkpoint.layout import RNG_JSON_FILE, CheckpointError
-from trainer.checkpoint.state import TrainingState
+from trainer.checkpoint.state import TrainingState, scheduler_problem
 from trainer.train import distributed, guards
 from trainer.train.steps import StepPlan
 
@@ -59,7 +59,9 @@ class RunIdentity:
 
     A checkpoint of another config or data set is refused unless ``override``; one of
     another world size always is (the data split and each rank's RNG stream are
-    functions of it, so it could not continue the same run). Checked, never adopted."""
+    functions of it, so it could not continue the same run). Checked, never adopted.
+    ``legacy_config_hash``: the same config's hash as older checkpoints recorded it
+    (checkpointing.legacy_identity_hash), also accepted."""
 
     def __init__(
         self,
@@ -70,10 +72,12 @@ class RunIdentity:
         tokenizer_dir: str | None,
         world_size: int,
         override: bool = False,
+        legacy_config_hash: str | None = None,
     ) -> None:
         self.config_hash, self.data_manifest_sha256 = config_hash, data_manifest_sha256
         self.seed, self.tokenizer_dir, self.world_size = seed, tokenizer_dir, world_size
         self.override = override
+        self.legacy_config_hash = legacy_config_hash
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -94,7 +98,7 @@ class RunIdentity:
             )
         saved_config, saved_data = state["config_hash"], state["data_manifest_sha256"]
         differs = []
-        if saved_config != self.config_hash:
+        if saved_config not in (self.config_hash, self.legacy_config_hash):
             differs.append(
                 f"config hash {saved_config[:12]}... (this run {self.config_hash[:12]}...)"
             )
@@ -172,10 +176,10 @@ class SchedulePosition:
         return {"scheduler_step": self.step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state["scheduler_step"] != state["step"]:
-            raise CheckpointError(
-                f"scheduler step {state['scheduler_step']} != optimizer step {state['step']}"
-            )
+        # state.json's own check (`trainer inspect` makes it too), for a state built in code.
+        problem = scheduler_problem(state["step"], state["scheduler_step"])
+        if problem:
+            raise CheckpointError(problem)
         self.step = state["scheduler_step"]
 
 
@@ -199,10 +203,16 @@ class Guards:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state["divergence"] is not None:
-            self.divergence.load_state_dict(state["divergence"])
-        if self.early is not None and state["early_stopping"] is not None:
-            self.early.load_state_dict(state["early_stopping"])
+        """The guards' states (their shapes checked by state.json's reading); one that
+        does not fit this run (a divergence guard of another vocabulary) is a
+        CheckpointError, as every refused part is."""
+        try:
+            if state["divergence"] is not None:
+                self.divergence.load_state_dict(state["divergence"])
+            if self.early is not None and state["early_stopping"] is not None:
+                self.early.load_state_dict(state["early_stopping"])
+        except (ValueError, TypeError) as exc:
+            raise CheckpointError(str(exc)) from None
 
 
 class ValidationHistory:

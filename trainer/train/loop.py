@@ -150,6 +150,9 @@ class TrainResult:
     # Why the run's final checkpoint (its last step, early stop, alert or signal save) was
     # not written; None when it was, or the run saves none. Set: status "save_failed".
     save_failed: str | None = None
+    # stop_reason "signal": the signal number this process received (SIGTERM, SIGINT), or
+    # None when another rank's signal stopped it.
+    signal: int | None = None
 
     @property
     def losses(self) -> list[float]:
@@ -550,6 +553,7 @@ class _Run:
         requested = self.stop is not None and self.stop.requested is not None
         if distributed.any_rank(requested, self.world):
             self.result.stop_reason = "signal"
+            self.result.signal = self.stop.requested if self.stop is not None else None
             return True
         return False
 
@@ -633,6 +637,7 @@ def _register(
             tokenizer_dir=None if tokenizer is None else str(tokenizer),
             world_size=world.world_size,
             override=options.resume_override,
+            legacy_config_hash=checkpointing.legacy_identity_hash(config.to_json()),
         ),
         data=components.DataPosition(),
         schedule=components.SchedulePosition(),

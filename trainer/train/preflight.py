@@ -36,13 +36,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gates.files import sha256_file
+from gates.files import read_regular, sha256_file
 from trainer.checkpoint.layout import MANIFEST_FILE
 from trainer.config.load import RunConfig
 from trainer.data.manifest import Manifest
 from trainer.model.vocab import VocabMismatchError, check_vocab_agreement, tokenizer_vocab_size
 from trainer.tokenizer.model import TokenizerFileError
 from trainer.train.options import RunOptions
+
+#: A checkpoint manifest is a few KB; past this it is not one.
+MANIFEST_LIMIT = 1024 * 1024
 
 
 class PreflightError(ValueError):
@@ -94,7 +97,8 @@ def _checkpoint(options: RunOptions) -> Vocabulary | None:
         return None
     path = Path(spec) / MANIFEST_FILE
     try:
-        size = json.loads(path.read_text(encoding="utf-8"))["architecture"]["vocab_size"]
+        # The one read rule: a FIFO in its place is the loader's to refuse, never waited on.
+        size = json.loads(read_regular(path, MANIFEST_LIMIT))["architecture"]["vocab_size"]
     except (OSError, ValueError, TypeError, KeyError):
         return None
     if isinstance(size, bool) or not isinstance(size, int):

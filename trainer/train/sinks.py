@@ -17,6 +17,7 @@ in them and when.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Protocol
 
@@ -85,7 +86,7 @@ def rewind(out_dir: Path, step: int, *, max_steps: int) -> list[int]:
     something changes), and point training_state.json at ``step``'s record. Returns the
     steps dropped. Raises MetricsFileError on a bad line before the last."""
     run = RunDir(out_dir)
-    if not run.metrics.is_file():
+    if not os.path.lexists(run.metrics):  # a FIFO or a link in its place is refused below
         return []
     dropped, last_record = rewind_metrics(run.metrics, step)
     if run.training_state.is_file():

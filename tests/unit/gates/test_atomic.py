@@ -117,3 +117,243 @@ def test_a_journal_gates_cannot_trust_is_refused_and_left_alone(tmp_path, conten
     with pytest.raises(atomic.JournalError, match="gates-journal"):
         atomic.recover(tmp_path)
     assert journal.read_bytes() == content
+
+
+# --- nothing outside the project (issue 31) ------------------------------------------------
+
+TOKEN = "0123abcd"
+
+
+def _everything(directory: Path) -> dict[str, object]:
+    """Every entry under ``directory``: files by content, directories and symlinks by kind."""
+    out: dict[str, object] = {}
+    for path in sorted(directory.rglob("*")):
+        rel = str(path.relative_to(directory))
+        if path.is_symlink():
+            out[rel] = f"-> {path.readlink()}"
+        elif path.is_dir():
+            out[rel] = "dir"
+        else:
+            out[rel] = path.read_bytes()
+    return out
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """A project with a contract and evidence, beside an outside folder holding a victim file
+    and an empty directory; ``link`` in the project leads to the outside folder."""
+    root = tmp_path / "project"
+    (root / "contracts").mkdir(parents=True)
+    (root / "contracts" / "c-v1.yaml").write_text("contract\n")
+    (root / "evidence" / "C").mkdir(parents=True)
+    (root / "evidence" / "C" / "G.json").write_text("{}\n")
+    (root / "evidence" / "C" / f".G.json.{TOKEN}.tmp").write_text("a temp file of ours\n")
+    (root / "keep").mkdir()  # empty, and no commit's: a rollback must not remove it
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("[core]\n")
+    outside = tmp_path / "outside"
+    (outside / "empty").mkdir(parents=True)
+    (outside / "victim.txt").write_text("not the project's\n")
+    (outside / f".victim.txt.{TOKEN}.tmp").write_text("planted\n")
+    (root / "link").symlink_to(outside)
+    return root
+
+
+def _journal(state: str, moves: list[dict], dirs: list[str] | None = None) -> dict:
+    return {"state": state, "dirs": dirs or [], "moves": moves}
+
+
+def _refusal(root: Path) -> str:
+    """What :func:`atomic.recover` says when it refuses; any other outcome fails the test."""
+    try:
+        done = atomic.recover(root)
+    except atomic.JournalError as exc:
+        return str(exc)
+    except Exception as exc:  # a crash on a journal is the bug shown here
+        pytest.fail(f"recovery crashed instead of refusing: {exc!r}")
+    pytest.fail(f"recovery acted on a journal it must refuse: {done.describe()}")
+
+
+def _victim(root: Path) -> str:
+    return str(root.parent / "outside" / "victim.txt")
+
+
+FORGED = {
+    # A committed journal unlinks each target whose tmp is None: the victim, by any name.
+    "absolute-target": (
+        lambda root: _journal("committed", [{"target": _victim(root), "tmp": None}]),
+        "victim.txt",
+    ),
+    "dotdot-target": (
+        lambda root: _journal("committed", [{"target": "../outside/victim.txt", "tmp": None}]),
+        "../outside/victim.txt",
+    ),
+    "symlinked-target": (
+        lambda root: _journal("committed", [{"target": "link/victim.txt", "tmp": None}]),
+        "link/victim.txt",
+    ),
+    "git-target": (
+        lambda root: _journal("committed", [{"target": ".git/config", "tmp": None}]),
+        ".git/config",
+    ),
+    "nul-target": (
+        lambda root: _journal("committed", [{"target": "evidence/C/G.json\0x", "tmp": None}]),
+        "NUL",
+    ),
+    "backslash-target": (
+        lambda root: _journal("committed", [{"target": "..\\outside\\victim.txt", "tmp": None}]),
+        "backslash",
+    ),
+    # A committed journal renames tmp over target: a planted temp file replaces the victim.
+    "symlinked-rename": (
+        lambda root: _journal(
+            "committed", [{"target": "link/victim.txt", "tmp": f"link/.victim.txt.{TOKEN}.tmp"}]
+        ),
+        "link/victim.txt",
+    ),
+    # A prepared journal unlinks each tmp: one that is not the target's temp name is anything.
+    "tmp-names-a-contract": (
+        lambda root: _journal(
+            "prepared", [{"target": "evidence/C/G.json", "tmp": "contracts/c-v1.yaml"}]
+        ),
+        "contracts/c-v1.yaml",
+    ),
+    "tmp-absolute": (
+        lambda root: _journal(
+            "prepared",
+            [{"target": "evidence/C/G.json", "tmp": str(root / "contracts" / "c-v1.yaml")}],
+        ),
+        "c-v1.yaml",
+    ),
+    "tmp-in-another-folder": (
+        lambda root: _journal(
+            "prepared", [{"target": "evidence/C/G.json", "tmp": f"evidence/.G.json.{TOKEN}.tmp"}]
+        ),
+        f"evidence/.G.json.{TOKEN}.tmp",
+    ),
+    "tmps-of-two-commits": (
+        lambda root: _journal(
+            "prepared",
+            [
+                {"target": "evidence/C/G.json", "tmp": f"evidence/C/.G.json.{TOKEN}.tmp"},
+                {"target": "contracts/c-v1.yaml", "tmp": "contracts/.c-v1.yaml.ffffffff.tmp"},
+            ],
+        ),
+        "2 commits",
+    ),
+    # A prepared journal removes each directory it lists (rmdir: empty ones).
+    "dirs-outside": (
+        lambda root: _journal("prepared", [], dirs=["../outside/empty"]),
+        "../outside/empty",
+    ),
+    "dirs-through-a-symlink": (
+        lambda root: _journal(
+            "prepared",
+            [{"target": "link/empty/x.json", "tmp": f"link/empty/.x.json.{TOKEN}.tmp"}],
+            dirs=["link/empty"],
+        ),
+        "link/empty",
+    ),
+    "dirs-unrelated": (
+        lambda root: _journal(
+            "prepared",
+            [{"target": "evidence/C/G.json", "tmp": f"evidence/C/.G.json.{TOKEN}.tmp"}],
+            dirs=["keep"],
+        ),
+        "'keep'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORGED))
+def test_a_journal_naming_a_path_gates_never_writes_is_refused_and_nothing_moves(
+    checkout: Path, case: str
+):
+    make, named = FORGED[case]
+    journal = checkout / atomic.JOURNAL_NAME
+    journal.write_text(json.dumps(make(checkout)))
+    stale_journal_temp = checkout / f".{atomic.JOURNAL_NAME}.x1y2z3.tmp"
+    stale_journal_temp.write_text("{")  # what a crash in a journal write leaves: kept too
+    before = _everything(checkout.parent)
+    message = _refusal(checkout)
+    assert atomic.JOURNAL_NAME in message and named in message, message
+    assert _everything(checkout.parent) == before
+
+
+@pytest.mark.parametrize("state", [atomic.PREPARED, atomic.COMMITTED])
+def test_a_journal_of_our_own_temp_names_is_still_recovered(checkout: Path, state: str):
+    """Two-sided: the checks refuse the forged journals above, not the ones commit writes;
+    here through a root named by a symlink, and a folder that is a symlink inside it."""
+    (checkout / "evidence" / "D").mkdir()
+    (checkout / "alias").symlink_to("evidence/D")  # inside the project: allowed
+    (checkout / "evidence" / "D" / f".H.json.{TOKEN}.tmp").write_text("new\n")
+    record = _journal(
+        state,
+        [
+            {"target": "evidence/C/G.json", "tmp": f"evidence/C/.G.json.{TOKEN}.tmp"},
+            {"target": "alias/H.json", "tmp": f"alias/.H.json.{TOKEN}.tmp"},
+            {"target": "contracts/c-v1.yaml", "tmp": None},
+        ],
+        dirs=["evidence/C"],
+    )
+    (checkout / atomic.JOURNAL_NAME).write_text(json.dumps(record))
+    named_by_link = checkout.parent / "project-link"
+    named_by_link.symlink_to(checkout.name)
+    done = atomic.recover(named_by_link)
+    outside = _everything(checkout.parent / "outside")
+    assert outside[f".victim.txt.{TOKEN}.tmp"] == b"planted\n"  # not ours: untouched
+    if state == atomic.COMMITTED:
+        assert done.action == "rolled forward"
+        assert (checkout / "evidence" / "C" / "G.json").read_text() == "a temp file of ours\n"
+        assert (checkout / "evidence" / "D" / "H.json").read_text() == "new\n"
+        assert not (checkout / "contracts" / "c-v1.yaml").exists()
+    else:
+        assert done.action == "rolled back"
+        assert not (checkout / "evidence" / "C" / f".G.json.{TOKEN}.tmp").exists()
+        assert (checkout / "evidence" / "C" / "G.json").read_text() == "{}\n"
+        assert (checkout / "contracts" / "c-v1.yaml").exists()
+    assert not (checkout / atomic.JOURNAL_NAME).exists()
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        lambda root: root.parent / "outside" / "new.json",
+        lambda root: root / ".." / "outside" / "new.json",
+        lambda root: root / "link" / "new.json",
+        lambda root: root / ".git" / "new",
+    ],
+    ids=["absolute", "dotdot", "through-a-symlink", "in-git"],
+)
+def test_a_commit_outside_the_project_is_refused_before_anything_is_written(checkout, target):
+    before = _everything(checkout.parent)
+    with pytest.raises(atomic.OutsideProjectError, match="new"):
+        atomic.commit(
+            checkout, {checkout / "evidence" / "C" / "N.json": b"{}\n", target(checkout): b"x"}
+        )
+    assert _everything(checkout.parent) == before
+    # Two-sided: the same commit inside the project is written, named through a symlinked root.
+    named_by_link = checkout.parent / "project-link"
+    named_by_link.symlink_to(checkout.name)
+    atomic.commit(named_by_link, {checkout / "evidence" / "C" / "N.json": b"{}\n"})
+    assert (checkout / "evidence" / "C" / "N.json").read_bytes() == b"{}\n"
+    assert not (checkout / atomic.JOURNAL_NAME).exists()
+
+
+def test_a_journal_nested_200000_deep_is_refused_naming_it(checkout: Path):
+    """Parsed by gates.jsonfile: a RecursionError would be an internal error naming nothing."""
+    (checkout / atomic.JOURNAL_NAME).write_bytes(b"[" * 200_000)
+    before = _everything(checkout.parent)
+    message = _refusal(checkout)
+    assert f"{atomic.JOURNAL_NAME}:1:257: JSON nested deeper than 256 levels" in message
+    assert _everything(checkout.parent) == before
+
+
+def test_a_held_lock_times_out_naming_the_lock_and_what_to_do(tmp_path: Path):
+    lock = tmp_path / ".gates.lock"
+    with atomic.locked(lock), pytest.raises(TimeoutError) as caught, atomic.locked(lock, 0.2):
+        pytest.fail("took a lock another holder has")
+    message = str(caught.value)
+    assert str(lock) in message and "waited 0.2 s" in message and "let it finish" in message
+    with atomic.locked(lock, timeout_s=0.2):  # two-sided: released, it is taken at once
+        pass

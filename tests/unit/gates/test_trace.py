@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import subprocess
@@ -70,6 +71,46 @@ def test_a_fork_of_this_process_reports_through_the_trace_directory(repo: Path):
                 os._exit(0)
         os.waitpid(pid, 0)
     assert paths(traced.sources()) == ["child.txt"]
+
+
+LIMITED = (  # a file-size limit that a write past fails with EFBIG, as on a full disk
+    "import resource, signal; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+    "resource.setrlimit(resource.RLIMIT_FSIZE, (10, 10)); "
+)
+
+
+def _lost(recording: trace.Recording, run) -> OSError:
+    """The OSError ending ``recording`` when ``run`` (inside it) loses a report."""
+    try:
+        with recording:
+            run()
+    except OSError as exc:
+        return exc
+    pytest.fail("a report cut short by a full disk went unnoticed: its sources are incomplete")
+
+
+def test_a_child_that_cannot_write_its_report_fails_the_recording_naming_it(repo: Path):
+    """Issue 31: a traced process past a file-size limit loses its report; the recording
+    says so, naming the report, rather than returning sources with files missing."""
+    error = _lost(trace.recording(repo), lambda: python(repo, LIMITED + "open('child.txt')"))
+    assert error.errno == errno.EFBIG and error.filename.endswith(".paths"), error
+    assert "sources would be incomplete" in error.strerror
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_fork_that_cannot_write_its_report_fails_the_recording_naming_it(repo: Path):
+    def fork_limited() -> None:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                exec(LIMITED)
+                (repo / "child.txt").read_text()
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+
+    error = _lost(trace.recording(repo), fork_limited)
+    assert error.errno == errno.EFBIG and error.filename.endswith(".paths"), error
 
 
 def test_imports_count_through_their_byte_code_cache(repo: Path):

@@ -158,6 +158,32 @@ def test_bad_sizes_are_refused_with_an_example(text):
         memory.parse_size(text)
 
 
+def _size_refusal(text: str) -> str:
+    """What parse_size says of ``text``: its ValueError's message, ``accepted``, or
+    ``crashed: ...`` (another exception: an argparse type must raise ValueError)."""
+    try:
+        memory.parse_size(text)
+    except ValueError as exc:
+        return str(exc)
+    except Exception as exc:
+        return f"crashed: {type(exc).__name__}: {exc}"
+    return "accepted"
+
+
+@pytest.mark.parametrize("text", ["1e309GiB", "inf", "nan", "-inf", "InfinityGiB"])
+def test_a_size_that_is_no_finite_number_is_refused(text):
+    """Issue 31: float('1e309') is inf, and int(inf) was an OverflowError traceback."""
+    said = _size_refusal(text)
+    assert said == f"{text!r} is not a finite size", said
+
+
+@pytest.mark.parametrize("text", ["1025TiB", "1e30TiB", "1e300", str(memory.MAX_SIZE + 1)])
+def test_a_size_past_any_device_is_refused_and_the_largest_is_not(text):
+    said = _size_refusal(text)
+    assert said.startswith(f"{text!r} is more than 1 PiB"), said
+    assert memory.parse_size("1024TiB") == memory.MAX_SIZE  # two-sided: the bound itself
+
+
 def test_device_memory_prefers_the_override_then_cuda_then_host_ram(tmp_path):
     assert memory.device_memory("cpu", 123).bytes == 123
     cuda = memory.device_memory("cuda", None, lambda: (80 << 30, "H100"))

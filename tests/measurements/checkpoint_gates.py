@@ -348,7 +348,9 @@ def _save_child(source: str, run_dir: str, kill_at: int) -> None:
         step=step,
         model=model,
         optimizer=optimizer,
-        state=dataclasses.replace(state, step=step),
+        # The schedule moves with the step: a state whose scheduler step lags it is one
+        # inspect and resume both refuse (trainer/checkpoint/state.py scheduler_problem).
+        state=dataclasses.replace(state, step=step, scheduler_step=step),
     )
     print(json.dumps({"fsyncs": calls[0]}))
 

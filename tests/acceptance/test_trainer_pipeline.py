@@ -329,6 +329,27 @@ def test_a_stage_whose_inputs_changed_moves_its_old_output_aside(tmp_path, capsy
     assert (out / "train.superseded-2").is_dir() and (out / "train.superseded-1").is_dir()
 
 
+def test_another_max_steps_continues_the_run_or_sets_it_aside(tmp_path, capsys, corpus):
+    """A re-run with another --max-steps once deleted the run: a longer one continues it from
+    its newest checkpoint (every step once), a shorter one keeps it as train.superseded-1."""
+    config = tiny_config(tmp_path / "tiny.yaml", max_steps=12, save_interval=2)
+    out = tmp_path / "run"
+    assert run_pipeline(capsys, pipeline_argv(config, out, corpus, "--max-steps", "2"))[0] == 0
+    status, stdout, err = run_pipeline(
+        capsys, pipeline_argv(config, out, corpus, "--max-steps", "4")
+    )
+    assert status == 0, err
+    assert "continuing the run from train/checkpoints/step-00000002 to step 4" in stdout
+    assert [r["step"] for r in _records(out)] == [1, 2, 3, 4]
+    status, stdout, err = run_pipeline(
+        capsys, pipeline_argv(config, out, corpus, "--max-steps", "2")
+    )
+    assert status == 0, err
+    assert "moved train aside to train.superseded-1 (it trained past step 2)" in stdout
+    assert [r["step"] for r in _records(out / "train.superseded-1")] == [1, 2, 3, 4]
+    assert [r["step"] for r in _records(out)] == [1, 2]
+
+
 def test_a_copied_run_directory_reuses_every_stage(first_run, tmp_path, capsys):
     """Paths are where a run is, not what it is: a copy elsewhere reuses its training
     (run.yaml is rewritten with the copy's paths) instead of deleting and retraining it."""
@@ -410,7 +431,9 @@ def _entries(directory: Path) -> dict[str, str]:
 
 
 def _records(run: Path) -> list[dict]:
-    return [json.loads(x) for x in (run / "train/metrics.jsonl").read_text().splitlines()]
+    """The metrics of the training run in ``run`` (a pipeline's directory, or its train/)."""
+    train = run if (run / "metrics.jsonl").is_file() else run / "train"
+    return [json.loads(x) for x in (train / "metrics.jsonl").read_text().splitlines()]
 
 
 def _last_loss(run: Path) -> float:

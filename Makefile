@@ -65,9 +65,9 @@ gates-check: $(STAMP)
 	$(BIN)/pv status --require-ship-ready contracts/*.yaml
 
 # The mutation audit of every bound falsification test in contracts/: each passes on the
-# real code and fails under each of its mutants (about 25 minutes on 2 cores: one pytest
-# process per test and mutant). CI runs it after `make test`; it is not a pytest test, so the
-# suite stays inside its 30-minute budget. It writes committed evidence: per test and mutant
+# real code and fails under each of its mutants (one pytest run per test and mutant, forked
+# from warm interpreters, as many at a time as there are CPUs: docs/mutants.md). CI runs it
+# after `make test`; it is not a pytest test, so the suite stays inside its budget. It writes committed evidence: per test and mutant
 # the outcome, seconds and the files the run read (pv reports AUDIT-STALE when one changes),
 # evidence/audit/audit.json here and in each example. Relative, so the recorded command holds
 # no absolute path.

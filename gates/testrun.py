@@ -22,8 +22,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gates import files, jsonfile, mutants
+
+if TYPE_CHECKING:  # not imported at run time: every audited pytest imports this module
+    from gates import forkrun, trace
 
 #: pytest exit codes: 0 all passed, 1 some failed; anything else is not a verdict.
 _OUTCOMES = {0: "passed", 1: "failed"}
@@ -146,9 +150,21 @@ def read_failures(path: Path) -> tuple[Failure, ...]:
 
 
 def run_node(
-    root: Path, node: str, mutant: str | None = None, timeout_s: float = 900
+    root: Path,
+    node: str,
+    mutant: str | None = None,
+    timeout_s: float = 900,
+    *,
+    traced: trace.Recording | None = None,
+    warm: forkrun.WarmInterpreter | None = None,
 ) -> TestOutcome:
+    """Run ``node`` in a fresh ``python -m pytest``, or in a child forked from ``warm``
+    (gates.forkrun: the same run without the interpreter's start-up). ``traced``: a
+    detached recording (gates.trace) whose variables the run gets; an attached one is in
+    ``os.environ`` already."""
     env = {k: v for k, v in os.environ.items() if k != mutants.ENV_VAR}
+    if traced is not None:
+        env.update(traced.env)
     # Derandomized: the same examples every run. Projects following shipgate's conftest
     # convention read HYPOTHESIS_PROFILE; under a mutant, shrinking is wasted time.
     env["HYPOTHESIS_PROFILE"] = "ci"
@@ -162,15 +178,20 @@ def run_node(
         env[FAILURES_VAR] = str(failures_file)
         start = time.perf_counter()
         try:
-            proc = subprocess.run(
-                cmd,
-                cwd=root,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=False,
-            )
+            if warm is not None:
+                proc = warm.run(cmd[3:], env, Path(tmp), timeout_s)
+                if proc.timed_out:
+                    raise subprocess.TimeoutExpired(cmd, timeout_s)
+            else:
+                proc = subprocess.run(
+                    cmd,
+                    cwd=root,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout_s,
+                    check=False,
+                )
             files.raise_child_write_failure(proc.stderr, "the test run's record of its failures")
             outcome, output = _OUTCOMES.get(proc.returncode, "error"), proc.stdout + proc.stderr
         except subprocess.TimeoutExpired:

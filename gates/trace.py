@@ -80,9 +80,10 @@ ROOTS_VAR = "SHIPGATE_TRACE_ROOTS"
 #: already; counting the file would make every promotion stale the evidence it just wrote.
 EXCLUDED = ("contracts/", "evidence/", ".gates.lock")
 
-SITECUSTOMIZE = '''\
-"""Written by gates.trace: report the files this process opens to $SHIPGATE_TRACE_DIR."""
-
+#: The hook a traced child installs: defines ``_shipgate_trace()``, which reads the two
+#: variables and adds the audit hook. A child forked from a warm interpreter (gates.forkrun)
+#: runs this text itself, without the chain below: its interpreter ran its own sitecustomize.
+TRACE_HOOK = """\
 import os as _os
 import sys as _sys
 
@@ -141,7 +142,15 @@ def _shipgate_trace():
             pass
 
     _sys.addaudithook(hook)
+"""
 
+SITECUSTOMIZE = (
+    '''\
+"""Written by gates.trace: report the files this process opens to $SHIPGATE_TRACE_DIR."""
+
+'''
+    + TRACE_HOOK
+    + '''
 
 def _chain():
     """Run the sitecustomize this one shadows, if any (the next on sys.path)."""
@@ -163,6 +172,7 @@ def _chain():
 _shipgate_trace()
 _chain()
 '''
+)
 
 
 class Recording:
@@ -170,10 +180,14 @@ class Recording:
     be entered again (not nested in itself): each time adds to what it saw, so a caller can
     leave out a stretch it does not want counted."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, detached: bool = False) -> None:
         self.root = root
+        self.detached = detached
         self.seen: set[str] = set()
         self.trace_dir: Path | None = None
+        #: While entered: the variables a traced child needs (PYTHONPATH, $SHIPGATE_TRACE_DIR,
+        #: $SHIPGATE_TRACE_ROOTS); a detached recording puts them only here.
+        self.env: dict[str, str] = {}
         self._tmp: Path | None = None
         self._saved: dict[str, str | None] = {}
 
@@ -196,7 +210,8 @@ class Recording:
     def __enter__(self) -> Recording:
         if self in _stack:
             raise RuntimeError("a trace recording cannot be nested in itself")
-        _install()
+        if not self.detached:
+            _install()
         self._tmp = Path(tempfile.mkdtemp(prefix="shipgate-trace-"))
         site_dir, self.trace_dir = self._tmp / "site", self._tmp / "paths"
         try:
@@ -207,28 +222,34 @@ class Recording:
         except BaseException:
             shutil.rmtree(self._tmp, ignore_errors=True)  # __exit__ will not run
             raise
-        self._saved = {k: os.environ.get(k) for k in ("PYTHONPATH", DIR_VAR, ROOTS_VAR)}
         roots = dict.fromkeys([os.path.abspath(self.root), os.path.realpath(self.root)])
-        pythonpath = (str(site_dir), self._saved["PYTHONPATH"])
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in pythonpath if p)
-        os.environ[DIR_VAR] = str(self.trace_dir)
-        os.environ[ROOTS_VAR] = os.pathsep.join(roots)
-        _stack.append(self)
+        pythonpath = (str(site_dir), os.environ.get("PYTHONPATH"))
+        self.env = {
+            "PYTHONPATH": os.pathsep.join(p for p in pythonpath if p),
+            DIR_VAR: str(self.trace_dir),
+            ROOTS_VAR: os.pathsep.join(roots),
+        }
+        if not self.detached:
+            self._saved = {k: os.environ.get(k) for k in self.env}
+            os.environ.update(self.env)
+            _stack.append(self)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        _stack.remove(self)
+        if not self.detached:
+            _stack.remove(self)
         for key, value in self._saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+        self._saved, self.env = {}, {}
         assert self.trace_dir is not None and self._tmp is not None
         lost = _lost_report(self.trace_dir)
         for report in sorted(self.trace_dir.glob("*.paths")):
             text = report.read_bytes().decode("utf-8", "surrogateescape")
             self.seen.update(line for line in text.split("\n") if line)
-        if _stack:
+        if _stack and not self.detached:
             _stack[-1].seen |= self.seen
         shutil.rmtree(self._tmp, ignore_errors=True)
         self.trace_dir = self._tmp = None
@@ -328,14 +349,18 @@ def _install() -> None:
         _installed.append(True)
 
 
-def recording(root: Path) -> Recording:
+def recording(root: Path, *, detached: bool = False) -> Recording:
     """Record the files this process and its Python children open while the block runs
     (``with trace.recording(root) as traced:``).
 
     Sets ``PYTHONPATH``, ``$SHIPGATE_TRACE_DIR`` and ``$SHIPGATE_TRACE_ROOTS`` in
     ``os.environ`` for the block and restores them after. Recordings nest; an outer one also
-    sees what an inner one saw."""
-    return Recording(root)
+    sees what an inner one saw.
+
+    ``detached=True``: only the children given ``traced.env`` are recorded, not this process,
+    and ``os.environ`` is left alone; several may run at once, one per thread (the parallel
+    audit), each seeing only its own children."""
+    return Recording(root, detached=detached)
 
 
 def _source_of(path: str) -> str:

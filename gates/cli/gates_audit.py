@@ -2,17 +2,23 @@
 assertion, under each of its named mutants; a mutant whose seams do not hold is not run.
 
     gates audit [--contract C] [--gate G] [--out evidence/audit/audit.json] [--files FILE...]
+                [--jobs N] [--no-fork]
+
+Runs go ``--jobs`` at a time (the machine's cores by default), each forked from a warm
+interpreter (gates.forkrun); ``--no-fork`` starts a fresh ``python -m pytest`` per run instead
+(the same rows, slower). The longest runs of the last audit at ``--out`` start first.
 
 Exit 0 when every run is as it must be, 1 otherwise (a survivor, a crash, a broken seam)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-from gates import exit_codes
-from gates.audit import render_table, run_audit, write_audit_evidence
+from gates import exit_codes, forkrun
+from gates.audit import expected_seconds, render_table, run_audit, write_audit_evidence
 from gates.cli.common import recorded_command, require_known, valid_contracts
 from gates.validate import find_root
 
@@ -34,6 +40,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
         contract_id=args.contract,
         gate_id=args.gate,
         progress=progress if not args.quiet else None,
+        jobs=args.jobs,
+        warm=not args.no_fork and forkrun.AVAILABLE,
+        expected_seconds=expected_seconds(args.out) if args.out else None,
     )
     if not rows:
         print("gates audit: no bound falsification test selected")
@@ -55,5 +64,27 @@ def add_parser(sub: argparse._SubParsersAction, add_contract_arguments) -> None:
     p.add_argument("--gate", metavar="G")
     p.add_argument("--out", type=Path, help="write the audit evidence JSON here")
     p.add_argument("--quiet", action="store_true", help="no per-run progress on stderr")
+    p.add_argument(
+        "--jobs",
+        type=_positive,
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="runs at a time (default: the number of CPUs, %(default)s here)",
+    )
+    p.add_argument(
+        "--no-fork",
+        action="store_true",
+        help="a fresh python -m pytest per run instead of a fork of a warm interpreter",
+    )
     add_contract_arguments(p, flag=True)
     p.set_defaults(run=cmd_audit)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a positive whole number: {text!r}")
+    return value

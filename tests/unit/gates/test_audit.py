@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from gates import testrun
 from gates.cli import gates as gates_cli
+from tools import compare_audits
 
 SHOP = """\
 def total(prices, discount=0.0):
@@ -207,12 +209,11 @@ class Audited:
         return found
 
 
-@pytest.fixture(scope="module")
-def audited(tmp_path_factory: pytest.TempPathFactory) -> Audited:
+def _audit(tmp_path_factory: pytest.TempPathFactory, *options: str) -> Audited:
     root = tmp_path_factory.mktemp("shop")
     contract = build_shop(root)
     out = tmp_path_factory.mktemp("elsewhere") / "audit.json"  # outside the project
-    args = ["audit", "--files", str(contract), "--root", str(root), "--out", str(out)]
+    args = ["audit", "--files", str(contract), "--root", str(root), "--out", str(out), *options]
     stdout = io.StringIO()  # capsys is per test; this fixture is per module
     with (
         mock.patch.object(sys, "argv", ["gates", *args]),  # what the record's command is
@@ -221,6 +222,30 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Audited:
     ):
         status = gates_cli.main(args)
     return Audited(root, status, stdout.getvalue(), json.loads(out.read_text()))
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory: pytest.TempPathFactory) -> Audited:
+    """The audit as CI runs it: forked from warm interpreters, two runs at a time."""
+    return _audit(tmp_path_factory, "--jobs", "2")
+
+
+def test_the_forked_parallel_audit_says_what_fresh_processes_one_at_a_time_say(
+    audited, tmp_path_factory
+):
+    """Same rows, failures, seam checks and sources (gates.forkrun); only seconds differ."""
+    fresh = _audit(tmp_path_factory, "--no-fork", "--jobs", "1")
+    assert fresh.status == audited.status
+    assert compare_audits.differences(fresh.record, audited.record) == []
+    assert [(r["test"], r["mutant"]) for r in fresh.record["rows"]] == [
+        (r["test"], r["mutant"]) for r in audited.record["rows"]
+    ]  # in the contract's order, whichever finished first
+    assert _table(fresh) == _table(audited)  # the printed table too, but for its seconds
+
+
+def _table(audited: Audited) -> list[str]:
+    lines = [line for line in audited.table.splitlines() if "evidence written" not in line]
+    return [re.sub(r" +\d+\.\d\d\b", " <seconds>", line) for line in lines]
 
 
 def test_the_real_code_passes_every_bound_test(audited):

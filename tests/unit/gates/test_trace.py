@@ -161,6 +161,32 @@ def test_the_environment_is_restored_even_after_an_error(repo: Path, monkeypatch
     assert traced.sources() == []
 
 
+def test_detached_recordings_at_once_each_see_only_their_own_children(repo: Path, monkeypatch):
+    """The parallel audit: one detached recording per run, side by side, none in
+    os.environ; an outer attached recording does not collect what they saw."""
+    monkeypatch.delenv(trace.DIR_VAR, raising=False)
+    before = dict(os.environ)
+
+    def child(traced: trace.Recording, name: str) -> subprocess.Popen:
+        env = {**os.environ, **traced.env}
+        code = f"import time; open({name!r}).read(); time.sleep(0.5)"
+        return subprocess.Popen([sys.executable, "-c", code], cwd=repo, env=env)
+
+    with (
+        trace.recording(repo) as outer,
+        trace.recording(repo, detached=True) as first,
+        trace.recording(repo, detached=True) as second,
+    ):
+        assert trace.DIR_VAR not in before and os.environ[trace.DIR_VAR] == str(outer.trace_dir)
+        running = [child(first, "child.txt"), child(second, "killed.txt")]
+        (repo / "read.txt").read_text()  # this process: the outer one's alone
+        assert [p.wait(timeout=60) for p in running] == [0, 0]
+    assert dict(os.environ) == before
+    assert paths(first.sources()) == ["child.txt"]
+    assert paths(second.sources()) == ["killed.txt"]
+    assert paths(outer.sources()) == ["read.txt"]
+
+
 def test_a_recording_adds_up_over_blocks_and_functions_count_by_their_file(repo: Path):
     traced = trace.recording(repo)
     with traced:

@@ -1,0 +1,181 @@
+"""gates.forkrun: a run forked from a warm interpreter is the fresh ``python -m pytest`` run the
+audit's slow path starts — same environment, directory, exit status, exit handlers and traced
+sources — and a run that hangs or loses its interpreter ends without a verdict.
+
+A throwaway project under tmp_path; the warm interpreter preloads only what a test names, so
+each starts in well under a second."""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gates import forkrun, testrun, trace
+
+pytestmark = pytest.mark.skipif(not forkrun.AVAILABLE, reason="os.fork is Unix only")
+
+TESTS = """\
+import atexit
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import helper
+
+
+def test_env_and_directory():
+    assert os.environ["FORKRUN_PROBE"] == "set for this run"
+    assert Path.cwd() == Path(os.environ["FORKRUN_ROOT"])
+    assert "FORKRUN_INHERITED" not in os.environ
+    assert helper.VALUE == 7
+
+
+def test_fails_on_an_assertion():
+    assert helper.VALUE == 8
+
+
+def test_registers_an_exit_handler():
+    marker = Path(os.environ["FORKRUN_MARKER"])
+    atexit.register(marker.write_text, "exit handlers ran")
+
+
+def test_hangs_with_a_grandchild():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    Path(os.environ["FORKRUN_MARKER"]).write_text(str(child.pid))
+    time.sleep(300)
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    (root / "tests").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\nfilterwarnings = ['error']\n")
+    (root / "helper.py").write_text("VALUE = 7\n")
+    (root / "tests" / "test_probe.py").write_text(textwrap.dedent(TESTS))
+    return root
+
+
+@pytest.fixture
+def warm(project: Path):
+    interpreter = forkrun.WarmInterpreter(project, preload=("helper",))
+    yield interpreter
+    interpreter.close()
+
+
+def _env(project: Path, tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKRUN_")}
+    env |= {"FORKRUN_ROOT": str(project), "FORKRUN_MARKER": str(tmp_path / "marker"), **extra}
+    return env
+
+
+def _run(warm, node: str, env: dict[str, str], tmp: Path, timeout_s: float = 60):
+    tmp.mkdir(exist_ok=True)
+    return warm.run(["-q", "-x", "-p", "no:cacheprovider", node], env, tmp, timeout_s)
+
+
+def test_a_forked_run_gets_the_runs_environment_and_directory(project, warm, tmp_path, monkeypatch):
+    monkeypatch.setenv("FORKRUN_INHERITED", "the warm interpreter's, not the run's")
+    env = _env(project, tmp_path, FORKRUN_PROBE="set for this run")
+    done = _run(warm, "tests/test_probe.py::test_env_and_directory", env, tmp_path / "a")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+    failed = _run(warm, "tests/test_probe.py::test_fails_on_an_assertion", env, tmp_path / "b")
+    assert failed.returncode == 1 and "assert 7 == 8" in failed.stdout
+
+
+def test_exit_handlers_run_as_at_a_normal_exit(project, warm, tmp_path):
+    done = _run(
+        warm,
+        "tests/test_probe.py::test_registers_an_exit_handler",
+        _env(project, tmp_path),
+        tmp_path / "a",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "marker").read_text() == "exit handlers ran"
+
+
+def test_a_traced_run_reads_again_what_the_warm_interpreter_had_imported(project, warm, tmp_path):
+    """helper.py was imported before the fork (preloaded); the run must still count it, as a
+    fresh process would, or the audit's sources would miss the project's own modules."""
+    env = _env(project, tmp_path, FORKRUN_PROBE="set for this run")
+    with trace.recording(project, detached=True) as traced:
+        done = _run(
+            warm, "tests/test_probe.py::test_env_and_directory", env | traced.env, tmp_path / "a"
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    read = {s["path"] for s in traced.sources()}
+    assert {"helper.py", "tests/test_probe.py", "pyproject.toml"} <= read
+
+
+def test_a_run_past_its_deadline_is_killed_with_its_children(project, warm, tmp_path):
+    start = time.monotonic()
+    done = _run(
+        warm,
+        "tests/test_probe.py::test_hangs_with_a_grandchild",
+        _env(project, tmp_path),
+        tmp_path / "a",
+        timeout_s=4,
+    )
+    assert done.timed_out and time.monotonic() - start < 30
+    grandchild = int((tmp_path / "marker").read_text())
+    deadline = time.monotonic() + 10
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(grandchild), "the test's own child outlived the timeout"
+
+
+def test_a_run_whose_interpreter_dies_has_no_verdict_and_the_next_run_works(
+    project, warm, tmp_path
+):
+    env = _env(project, tmp_path)
+    hang = threading.Thread(
+        target=lambda: results.append(
+            _run(warm, "tests/test_probe.py::test_hangs_with_a_grandchild", env, tmp_path / "a")
+        )
+    )
+    results: list[forkrun.Completed] = []
+    hang.start()
+    while not (tmp_path / "marker").exists():
+        time.sleep(0.05)
+    assert warm._proc is not None
+    os.kill(warm._proc.pid, signal.SIGKILL)
+    hang.join(timeout=30)
+    (died,) = results
+    assert died.returncode not in (0, 1) and "warm interpreter died" in died.stderr
+    env["FORKRUN_PROBE"] = "set for this run"
+    again = _run(warm, "tests/test_probe.py::test_env_and_directory", env, tmp_path / "b")
+    assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_run_node_through_a_warm_interpreter_reports_like_a_fresh_process(
+    project, warm, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("FORKRUN_ROOT", str(project))
+    monkeypatch.setenv("FORKRUN_MARKER", str(tmp_path / "marker"))
+    monkeypatch.setenv("FORKRUN_PROBE", "set for this run")
+    node = "tests/test_probe.py::test_fails_on_an_assertion"
+    fresh = testrun.run_node(project, node)
+    forked = testrun.run_node(project, node, warm=warm)
+    assert (fresh.outcome, fresh.failures) == (forked.outcome, forked.failures)
+    assert forked.outcome == "failed" and forked.failed_on_assertion
+    assert forked.failures[0].message == "assert 7 == 8"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (not yet reaped by init) counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False

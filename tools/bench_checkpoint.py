@@ -56,6 +56,7 @@ import argparse
 import contextlib
 import ctypes
 import dataclasses
+import hashlib
 import json
 import mmap
 import os
@@ -64,8 +65,10 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +79,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gates.evidence import portable_path  # noqa: E402 - needs ROOT on sys.path
-from trainer.checkpoint import load, optimizer_state, save  # noqa: E402 - needs ROOT on sys.path
+from trainer.checkpoint import load, manifest, optimizer_state, save, verify  # noqa: E402
 from trainer.checkpoint.layout import OPTIMIZER_FILE  # noqa: E402
 from trainer.checkpoint.state import TrainingState, config_hash  # noqa: E402
 from trainer.model.config import LlamaConfig, preset  # noqa: E402
@@ -593,6 +596,86 @@ def run_round(bench: _Bench, scratch: Path, index: int, nbytes: int | None) -> d
     }
 
 
+# ---------------------------------------------------------------- what bounds each side
+
+
+def _ranges_of(pieces: list[memoryview], range_bytes: int) -> list[memoryview]:
+    return [p[i : i + range_bytes] for p in pieces for i in range(0, len(p), range_bytes)]
+
+
+def hash_seconds(pieces: list[memoryview], range_bytes: int, hashers: int) -> dict[str, float]:
+    """CPU seconds of the digests, from memory (no disk in them), median of three:
+
+    - ``one_stream_s``: one sha256 over every byte, the whole-file digest a format 1 load
+      must verify (one core, however many it has);
+    - ``ranges_all_cores_s``: the sha256 of every ``range_bytes`` range on ``hashers``
+      threads, what a format 2 load verifies (trainer.checkpoint.verify);
+    - ``save_digests_s``: the save's two digest streams (whole file and ranges) side by
+      side on two threads, as trainer.checkpoint.durable computes them while writing."""
+
+    def one_stream() -> None:
+        digest = hashlib.sha256()
+        for piece in pieces:
+            digest.update(piece)
+
+    def ranges_one_thread() -> None:
+        for view in _ranges_of(pieces, range_bytes):
+            hashlib.sha256(view)
+
+    def ranges_all_cores() -> None:
+        with ThreadPoolExecutor(hashers) as pool:
+            list(
+                pool.map(
+                    lambda view: hashlib.sha256(view).digest(), _ranges_of(pieces, range_bytes)
+                )
+            )
+
+    def save_digests() -> None:
+        threads = [threading.Thread(target=f) for f in (one_stream, ranges_one_thread)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def timed(work: Callable[[], None]) -> float:
+        times = []
+        for _ in range(3):
+            started = time.perf_counter()
+            work()
+            times.append(time.perf_counter() - started)
+        return statistics.median(times)
+
+    return {
+        "one_stream_s": timed(one_stream),
+        "ranges_all_cores_s": timed(ranges_all_cores),
+        "save_digests_s": timed(save_digests),
+    }
+
+
+def bounds(rounds: list[dict[str, Any]], hashing: dict[str, float]) -> dict[str, Any]:
+    """Which resource bounds each side: the disk (its raw time for these bytes) or the
+    hashing (its CPU time from memory), whichever takes longer; and what bounded a format 1
+    load (one sha256 stream)."""
+    raw_read = statistics.median(r["raw_read_s"] for r in rounds)
+    raw_write = statistics.median(r["raw_write_s"] for r in rounds)
+
+    def bound(disk_s: float, hash_s: float) -> str:
+        return "disk" if disk_s >= hash_s else "hashing (CPU)"
+
+    return {
+        "disk_read_s": raw_read,
+        "disk_write_s": raw_write,
+        **hashing,
+        "load": bound(raw_read, hashing["ranges_all_cores_s"]),
+        "save": bound(raw_write, hashing["save_digests_s"]),
+        "load_format_1": bound(raw_read, hashing["one_stream_s"]),
+        "note": "disk_*_s: the raw twin's median time (the disk alone); *_s of the digests: "
+        "the same bytes hashed from memory (CPU alone), median of three. A side is bound by "
+        "whichever is longer; load_format_1 is what bounded a load that verifies one whole-"
+        "file sha256 (format 1, before issue 35)",
+    }
+
+
 def _training_state(preset_name: str) -> TrainingState:
     return TrainingState(
         step=STEP,
@@ -651,6 +734,7 @@ def run_benchmark(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     total = _known(nbytes)
+    hashing = hash_seconds(tensor_bytes(model, optimizer), manifest.RANGE_BYTES, verify.HASHERS)
     return {
         "workload": {
             "preset": preset_name,
@@ -665,10 +749,13 @@ def run_benchmark(
             "rounds, raw first in odd ones",
             "save": "trainer.checkpoint.save.save_checkpoint: every file written (the "
             "tensor files straight from the weights' and AdamW state's memory, no copy) "
-            "and hashed (sha256) from the bytes written, as they are written, by a second "
-            "thread; every fsync, the manifest and the renames included",
+            "and hashed from the bytes written, as they are written, on two more threads "
+            "(the whole file's sha256 and each range's, checkpoint format 2); every fsync, "
+            "the manifest and the renames included",
             "load": "trainer.checkpoint.load.load_checkpoint: one read of every file, in "
-            "parallel, hashed (sha256) as it is read; size, sha256 and content checks of "
+            "parallel, the sha256 of each range of each file hashed as it is read on "
+            f"{verify.HASHERS} threads (checkpoint format 2, ranges of "
+            f"{manifest.RANGE_BYTES // MIB} MiB); size, per-range sha256 and content checks of "
             "every file before anything is restored; weights (copied into the model), "
             "AdamW state (tensors over the private mapping of optimizer.safetensors that "
             "was hashed) and RNGs restored into zeroed tensors; the mapped AdamW tensors' "
@@ -710,6 +797,7 @@ def run_benchmark(
             "read of every file with its sha256 (over a mapping of each file, which the "
             "load then builds its tensors over)",
         },
+        "bound": bounds(rounds, hashing),
         "load_first_touch": _first_touch_summary(rounds),
         "torch": torch.__version__,
         "safetensors": safetensors.__version__,
@@ -778,6 +866,13 @@ def _table(result: dict[str, Any]) -> str:
         f"sha256 inside: save {h['save_hash_s_median']:.2f} s, load "
         f"{h['load_hash_s_median']:.2f} s; {result['workload']['checkpoint_bytes']:,} bytes; "
         f"drop_caches {result['cache_eviction']['drop_caches']}"
+    )
+    b = result["bound"]
+    lines.append(
+        f"bound: load by {b['load']} (disk read {b['disk_read_s']:.2f} s, ranges on all "
+        f"cores {b['ranges_all_cores_s']:.2f} s; one stream {b['one_stream_s']:.2f} s: a "
+        f"format 1 load was bound by {b['load_format_1']}); save by {b['save']} (disk write "
+        f"{b['disk_write_s']:.2f} s, its digests {b['save_digests_s']:.2f} s)"
     )
     return "\n".join(lines)
 

@@ -18,6 +18,7 @@ import pytest
 from tests.unit.trainer.loop_support import (  # noqa: F401 - one_thread is a fixture
     encode_test_corpus,
     one_thread,
+    single_intra_op_thread,
     write_run_config,
 )
 from trainer import cli, exit_codes
@@ -62,7 +63,9 @@ def warned(corpus, tmp_path_factory) -> tuple[Path, str, list[dict]]:
     rules = "    - when: grad_norm > 0\n      action: warn\n      after_step: 2\n"
     out, err = tmp / "out", io.StringIO()
     argv = ["apply", str(_config(tmp, corpus, rules)), "--out", str(out), "--device", "cpu"]
-    with contextlib.redirect_stderr(err):  # capsys is per test; this run is per module
+    # capsys is per test; this run is per module, so set up before one_thread: one thread
+    # here too, or the tests' runs would not be this one step for step.
+    with contextlib.redirect_stderr(err), single_intra_op_thread():
         rc = cli.main([*argv, "--max-steps", str(STEPS)])
     assert rc == 0, err.getvalue()
     return out, err.getvalue(), _lines(out)

@@ -5,21 +5,22 @@ it needs its bytes on disk, not an atomic replace of its own. Atomic replacement
 file, fsync of files and directories and sha256 of a file: gates/files.py.
 
     pending = write_tensors(path, tensors, {"format": "pt"})  # written; still being hashed
-    entry = pending.entry()                                    # {"sha256": ..., "size": ...}
+    entry = pending.entry()                  # {"sha256", "size", "range_bytes", "range_sha256"}
     entry = write_json(path, obj)                              # the same, fsynced
 
 Tensor files are written here, not by safetensors.torch.save_file: the same bytes (an
 8-byte little-endian header length, the JSON header padded with spaces to a multiple of 8,
 then every tensor's bytes, widest dtype first and by name within one), but straight from
-each tensor's memory in large ``os.write`` calls (no copy of the state), and the sha256 the
-manifest records is computed from those same chunks while they are written, by a second
-thread (hashlib releases the GIL), instead of by reading the file back. The caller fsyncs
-the file (save.py: its fsync is a seam of the crash-point tests).
+each tensor's memory in large ``os.write`` calls (no copy of the state), and the digests the
+manifest records (the whole file's sha256 and each range's: trainer/checkpoint/manifest.py)
+are computed from those same chunks while they are written, each stream on a thread of its
+own (hashlib releases the GIL), instead of by reading the file back. The caller fsyncs the
+file (save.py: its fsync is a seam of the crash-point tests).
 
-A write returns once its bytes are handed to the kernel; the digest may still be being
+A write returns once its bytes are handed to the kernel; the digests may still be being
 computed (``PendingEntry``), so the next file is written while this one's hash finishes and
-sha256, one core's work, runs without a gap across a checkpoint's files (the save asks for
-every entry only when it builds the manifest). Writes are 1 MiB: on the development VM
+the hashing runs without a gap across a checkpoint's files (the save asks for every entry
+only when it builds the manifest). Writes are 1 MiB: on the development VM
 (Linux 6.18, ext4 with large folios) writes of 2 MiB or more into the page cache were
 erratic, at times 10x slower (0.4 vs 4 GB/s), 1 MiB ones steady.
 """
@@ -38,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from trainer.checkpoint.manifest import RangeDigests, bytes_entry, entry_of
 
 #: Bytes per os.write of a large tensor; smaller tensors are gathered up to it.
 CHUNK_BYTES = 1024 * 1024
@@ -135,61 +138,73 @@ def _write_all(fd: int, chunk: memoryview) -> None:
 
 
 class PendingEntry:
-    """A written file's manifest entry, its sha256 perhaps still being computed from the
-    chunks that were written; ``entry()`` waits for it."""
+    """A written file's manifest entry, its digests perhaps still being computed from the
+    chunks that were written; ``entry()`` waits for them."""
 
-    def __init__(self, digest: Any, size: int, hasher: threading.Thread | None) -> None:
-        self._digest, self._size, self._hasher = digest, size, hasher
+    def __init__(self, whole: Any, ranges: RangeDigests, hashers: list[threading.Thread]) -> None:
+        self._whole, self._ranges, self._hashers = whole, ranges, hashers
 
     def entry(self) -> dict[str, Any]:
-        if self._hasher is not None:
-            self._hasher.join()
-            self._hasher = None
-        return {"sha256": self._digest.hexdigest(), "size": self._size}
+        for hasher in self._hashers:
+            hasher.join()
+        self._hashers = []
+        return entry_of(self._whole.hexdigest(), self._ranges)
 
 
 def write_hashed(path: Path, pieces: list[memoryview | bytes]) -> PendingEntry:
-    """Create ``path`` holding ``pieces`` one after another; its manifest entry
-    {"sha256", "size"} of the very chunks written, pending while a large file's hash
-    finishes (the pieces must not change until then). Not fsynced."""
+    """Create ``path`` holding ``pieces`` one after another; its manifest entry (the whole
+    file's sha256 and its ranges', trainer/checkpoint/manifest.py) of the very chunks
+    written, pending while a large file's digests finish, each on a thread of its own (the
+    pieces must not change until then). Not fsynced."""
     total = sum(memoryview(p).nbytes for p in pieces)
-    digest = hashlib.sha256()
-    work: queue.SimpleQueue[memoryview | None] = queue.SimpleQueue()
-    hasher = None
+    whole, ranges = hashlib.sha256(), RangeDigests()
+    digests: list[Any] = [whole, ranges]
+    queues: list[queue.SimpleQueue[memoryview | None]] = []
+    hashers: list[threading.Thread] = []
     if total >= THREADED_BYTES:
+        for digest in digests:
+            work: queue.SimpleQueue[memoryview | None] = queue.SimpleQueue()
 
-        def hash_all() -> None:
-            while (chunk := work.get()) is not None:
-                digest.update(chunk)
+            def hash_all(digest: Any = digest, work: queue.SimpleQueue = work) -> None:
+                while (chunk := work.get()) is not None:
+                    digest.update(chunk)
 
-        hasher = threading.Thread(target=hash_all, name="checkpoint-sha256", daemon=True)
+            queues.append(work)
+            hashers.append(threading.Thread(target=hash_all, name="checkpoint-sha256", daemon=True))
+
+    def stop_hashers() -> None:
+        for work in queues:
+            work.put(None)
+
     size = 0
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
     try:
-        if hasher is not None:
+        for hasher in hashers:
             hasher.start()
         for chunk in _chunks(pieces, CHUNK_BYTES):
-            if hasher is not None:
-                work.put(chunk)
+            if hashers:
+                for work in queues:
+                    work.put(chunk)
             else:
-                digest.update(chunk)
+                for digest in digests:
+                    digest.update(chunk)
             _write_all(fd, chunk)
             size += chunk.nbytes
         on_disk = os.fstat(fd).st_size
     except BaseException:
-        if hasher is not None:  # a failed write's hash is never asked for: stop it now
-            work.put(None)
-            hasher.join()
+        stop_hashers()  # a failed write's digests are never asked for: stop them now
+        for hasher in hashers:
+            if hasher.is_alive():
+                hasher.join()
         raise
     finally:
         os.close(fd)
-    if hasher is not None:
-        work.put(None)  # the hasher ends after the last chunk; entry() waits for it
+    stop_hashers()  # each hasher ends after the last chunk; entry() waits for them
     if on_disk != size or size != total:
-        if hasher is not None:
+        for hasher in hashers:
             hasher.join()
         raise OSError(f"{path}: {on_disk} bytes on disk after writing {size} of {total}")
-    return PendingEntry(digest, size, hasher)
+    return PendingEntry(whole, ranges, hashers)
 
 
 def write_tensors(
@@ -209,4 +224,4 @@ def write_json(path: Path, obj: Any) -> dict[str, Any]:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
-    return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    return bytes_entry(data)

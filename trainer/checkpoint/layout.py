@@ -18,7 +18,11 @@ from pathlib import Path
 from trainer.runfiles.names import CHECKPOINTS_DIR  # noqa: F401 - re-exported
 
 FORMAT = "shipgate-checkpoint"
-FORMAT_VERSION = 1
+#: 2 (issue 35): each file's manifest entry also holds the sha256 of every RANGE_BYTES range
+#: of it (trainer/checkpoint/manifest.py), so verification runs on every core. 1: the
+#: file's sha256 alone; still read and verified.
+FORMAT_VERSION = 2
+READABLE_FORMAT_VERSIONS = (1, 2)
 
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"

@@ -1,30 +1,107 @@
 """manifest.json: what a checkpoint claims to hold, written after everything it describes.
 
-{"format": "shipgate-checkpoint", "format_version": 1, "step": 15,
- "files": {"model.safetensors": {"sha256": "...", "size": 1234}, ...},
+{"format": "shipgate-checkpoint", "format_version": 2, "step": 15,
+ "files": {"model.safetensors": {"sha256": "...", "size": 1234, "range_bytes": 67108864,
+                                 "range_sha256": ["...", ...]}, ...},
  "tensor_count": 21, "parameter_count": 158016, "dtype": "float32",
  "architecture": {...LlamaConfig fields...}}
+
+``range_sha256`` (format 2) is the sha256 of each ``range_bytes`` range of the file in order,
+the last one shorter (an empty file has one range, empty). They cover every byte, and a
+loader verifies them, on as many cores as it has (trainer/checkpoint/verify.py): one sha256
+stream over a 3 GB optimizer file is one core's work, slower than a fast disk reads it.
+``sha256`` is the whole file's, as ``sha256sum`` prints it, for tools outside the trainer;
+the loader checks it only in a format 1 checkpoint, which has nothing else.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
-from gates.files import read_regular, sha256_file
-from trainer.checkpoint.layout import FORMAT, FORMAT_VERSION, MANIFEST_FILE, CheckpointError
+from gates.files import CHUNK_BYTES, read_regular
+from trainer.checkpoint.layout import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST_FILE,
+    READABLE_FORMAT_VERSIONS,
+    CheckpointError,
+)
+
+#: Bytes per range digest: 70 ranges for a 370M model's optimizer file, each a few tens of
+#: milliseconds of one core's sha256, so the ranges spread over the cores evenly.
+RANGE_BYTES = 64 * 1024 * 1024
+
+
+def range_count(size: int, range_bytes: int) -> int:
+    """How many ranges a file of ``size`` bytes has (an empty file one)."""
+    return max(1, -(-size // range_bytes))
+
+
+class RangeDigests:
+    """The sha256 of every ``range_bytes`` range of bytes fed in order, in pieces of any size
+    (a piece may span ranges)."""
+
+    def __init__(self, range_bytes: int | None = None) -> None:
+        self.range_bytes = range_bytes or RANGE_BYTES  # looked up now: tests set it smaller
+        self.size = 0
+        self._done: list[str] = []
+        self._range = hashlib.sha256()
+        self._in_range = 0
+
+    def update(self, data: bytes | memoryview) -> None:
+        view = memoryview(data).cast("B")
+        self.size += len(view)
+        while view:
+            take = min(len(view), self.range_bytes - self._in_range)
+            self._range.update(view[:take])
+            self._in_range += take
+            view = view[take:]
+            if self._in_range == self.range_bytes:
+                self._done.append(self._range.hexdigest())
+                self._range, self._in_range = hashlib.sha256(), 0
+
+    def digests(self) -> list[str]:
+        """One per range of the bytes fed so far; the last may be shorter (or empty)."""
+        last = [self._range.hexdigest()] if self._in_range or not self._done else []
+        return [*self._done, *last]
+
+
+def entry_of(sha256: str, ranges: RangeDigests) -> dict[str, Any]:
+    """A manifest entry: the whole file's sha256 and its ranges' (``ranges`` fed it all)."""
+    return {
+        "sha256": sha256,
+        "size": ranges.size,
+        "range_bytes": ranges.range_bytes,
+        "range_sha256": ranges.digests(),
+    }
+
+
+def bytes_entry(data: bytes | memoryview) -> dict[str, Any]:
+    """The manifest entry of ``data``."""
+    ranges = RangeDigests()
+    ranges.update(data)
+    return entry_of(hashlib.sha256(data).hexdigest(), ranges)
 
 
 def file_entry(path: Path) -> dict[str, Any]:
-    return {"sha256": sha256_file(path), "size": path.stat().st_size}
+    """The manifest entry of the file at ``path``, read from disk."""
+    whole, ranges = hashlib.sha256(), RangeDigests()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK_BYTES):
+            whole.update(chunk)
+            ranges.update(chunk)
+    return entry_of(whole.hexdigest(), ranges)
 
 
 def _entry(path: Path, known: dict[str, Any] | None) -> dict[str, Any]:
-    """``known`` (the sha256 and size of the bytes written, hashed as they were written:
+    """``known`` (the entry of the bytes written, hashed as they were written:
     trainer/checkpoint/durable.py) when the file still has that size; else hashed from disk."""
     if known is not None and path.stat().st_size == known["size"]:
-        return {"sha256": known["sha256"], "size": known["size"]}
+        return dict(known)
     return file_entry(path)
 
 
@@ -86,10 +163,16 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     missing = [k for k in _KEYS if k not in manifest]
     if missing:
         raise CheckpointError(f"{path}: missing {', '.join(missing)}")
-    if manifest["format"] != FORMAT or manifest["format_version"] != FORMAT_VERSION:
+    version = manifest["format_version"]
+    if (
+        manifest["format"] != FORMAT
+        or isinstance(version, bool)
+        or version not in READABLE_FORMAT_VERSIONS
+    ):
+        readable = " and ".join(str(v) for v in READABLE_FORMAT_VERSIONS)
         raise CheckpointError(
-            f"{path}: format {manifest['format']!r} version {manifest['format_version']!r}; "
-            f"this trainer reads {FORMAT!r} version {FORMAT_VERSION}"
+            f"{path}: format {manifest['format']!r} version {version!r}; "
+            f"this trainer reads {FORMAT!r} versions {readable}"
         )
     wrong = _type_problems(manifest)
     if wrong:
@@ -125,11 +208,42 @@ def _type_problems(manifest: dict[str, Any]) -> list[str]:
             if not (
                 isinstance(entry, dict)
                 and isinstance(entry.get("sha256"), str)
-                and isinstance(entry.get("size"), int)
-                and not isinstance(entry.get("size"), bool)
+                and _whole_number(entry.get("size"))
             ):
                 problems.append(
                     f"files entry {name!r} is {json.dumps(entry)[:60]}, "
-                    'not {"sha256": "<hex>", "size": <bytes>}'
+                    'not {"sha256": "<hex>", "size": <bytes>, ...}'
                 )
+            elif manifest["format_version"] >= 2:
+                problems += _range_problems(name, entry)
     return problems
+
+
+_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
+#: The smallest range a manifest may name: smaller ones would only make its list long.
+MIN_RANGE_BYTES = 1024 * 1024
+
+
+def _range_problems(name: str, entry: dict[str, Any]) -> list[str]:
+    """A format 2 entry's ranges: a range size, and one sha256 per range of its size."""
+    range_bytes, digests = entry.get("range_bytes"), entry.get("range_sha256")
+    if not _whole_number(range_bytes) or range_bytes < MIN_RANGE_BYTES:
+        return [
+            f"files entry {name!r}: range_bytes is {json.dumps(range_bytes)[:40]}, "
+            f"not a whole number of at least {MIN_RANGE_BYTES}"
+        ]
+    if not isinstance(digests, list) or not all(
+        isinstance(d, str) and _HEX_DIGEST.fullmatch(d) for d in digests
+    ):
+        return [f"files entry {name!r}: range_sha256 is not a list of sha256 hex digests"]
+    want = range_count(entry["size"], range_bytes)
+    if len(digests) != want:
+        return [
+            f"files entry {name!r}: {len(digests)} range digests, but {entry['size']} bytes "
+            f"in ranges of {range_bytes} make {want}"
+        ]
+    return []
+
+
+def _whole_number(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -4,7 +4,7 @@
     save_checkpoint(..., gathered=Gathered(weights, optimizer_state))   # a sharded (FSDP) model
 
 Order (INV-TRAIN-LOOP-013): into ``step-NNNNNNNN.tmp/`` write model, optimizer, RNG and
-state, fsync each; their sha256 into manifest.json, fsync it; fsync the directory; rename it
+state, fsync each; their digests into manifest.json, fsync it; fsync the directory; rename it
 to ``step-NNNNNNNN``; fsync the parent; then point ``latest`` at it by atomic rename. A
 crash at any point leaves either no ``step-NNNNNNNN`` or a complete one; the loader never
 considers staging directories. A failed save removes its staging directory and raises

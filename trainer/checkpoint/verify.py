@@ -5,7 +5,7 @@
     verify_checkpoint(path, architecture=cfg)   # CheckpointError listing every problem
 
 Checked: manifest present and readable; every listed file present with its size and
-sha256; every file of the format listed and no other file in the directory (a planted
+sha256 (format 2: the sha256 of each of its ranges; format 1: of the whole file); every file of the format listed and no other file in the directory (a planted
 ``.pt`` is refused, never ignored); the model file's header holds the architecture's
 tensors (names, shapes, count, parameter count, dtype); the optimizer file holds, for
 every parameter of that architecture or for none, exp_avg and exp_avg_sq of its shape and a
@@ -16,8 +16,9 @@ architecture is the expected one. A checkpoint whose hashes agree with damaged c
 (written by hand, or by another program) is refused here, so a resume falls back past it
 instead of failing mid-load.
 
-Speed (issue 21): the files are read and hashed in parallel (a small thread pool; each
-hashed over a mapping of it while a second thread has the kernel read ahead), and a
+Speed (issues 21, 35): the files are read and hashed in parallel, each over a mapping of it
+while the kernel is asked to read ahead; a format 2 file's ranges are hashed on every core
+(HASHERS threads), so one large file is not one core's sha256 stream; and a
 loader asks to ``keep`` the files it needs (``inspect_checkpoint(..., keep=LOADED)``):
 each is read from disk once, and the load builds its tensors over the private mapping
 of the very file it hashed (opened once), not by reading it again
@@ -120,9 +121,12 @@ READ_CHUNK = 64 * 1024 * 1024
 READERS = 4
 #: Pieces asked from the disk ahead of the hashing.
 _AHEAD = 4
-#: Whether the verdicts this thread computes keep the bytes they hashed (set per file by
-#: inspect_checkpoint; a thread-local so that _file_verdict keeps its (path, entry) form).
-_keeping = threading.local()
+#: Threads hashing the ranges of format 2 files: one per core (hashlib releases the GIL).
+HASHERS = max(2, os.cpu_count() or 1)
+#: Per file being verified, set by _verdicts (a thread-local so that _file_verdict keeps its
+#: (path, entry) form): ``keep``, whether the verdict keeps the bytes it hashed, and
+#: ``hashers``, the pool its ranges are hashed on.
+_reading = threading.local()
 
 
 def _hash_mapped(fd: int, area: mmap.mmap, size: int, digest: Any) -> None:
@@ -176,32 +180,76 @@ def _what_is_there(exc: OSError) -> str:
     return f"cannot be read: {exc.strerror or exc}"
 
 
-def _read_hashed(path: Path, size: int, keep: bool) -> tuple[str, int, torch.Tensor | None]:
-    """(sha256, size found, the verified file when ``keep``) of ``path``, read from disk
-    once: hashed over a private (copy-on-write) mapping of it (_hash_mapped). When kept,
-    that mapping is what the load builds its tensors over: the very pages hashed, from
-    the descriptor opened here (a file renamed over the path meanwhile is not the one
-    loaded), no second read and no fresh memory (on a VM a 4 KiB anonymous page fault
-    costs about 1 s per GB; these faults map pages the page cache holds)."""
-    digest = hashlib.sha256()
+def _hash_ranges(
+    fd: int, area: mmap.mmap, size: int, range_bytes: int, hashers: ThreadPoolExecutor
+) -> list[str]:
+    """The sha256 of every ``range_bytes`` range of ``area`` (a mapping of the ``size``
+    bytes of the file open on ``fd``), hashed on ``hashers`` in file order, every core at
+    once: the digests a format 2 manifest lists. Each range, as it starts, asks the kernel
+    to read the one _AHEAD ranges further (POSIX_FADV_WILLNEED), so the disk streams ahead
+    of the hashing; the page faults read whatever it has not."""
+    starts = range(0, max(size, 1), range_bytes)
+
+    def prefetch(index: int) -> None:
+        if hasattr(os, "posix_fadvise") and index < len(starts):
+            start = starts[index]
+            os.posix_fadvise(fd, start, min(range_bytes, size - start), os.POSIX_FADV_WILLNEED)
+
+    with memoryview(area) as whole:
+
+        def digest(index: int) -> str:
+            prefetch(index + _AHEAD)
+            start = starts[index]
+            return hashlib.sha256(whole[start : start + range_bytes]).hexdigest()
+
+        for index in range(min(_AHEAD, len(starts))):
+            prefetch(index)
+        jobs = [hashers.submit(digest, index) for index in range(len(starts))]
+        try:
+            return [job.result() for job in jobs]
+        finally:
+            for job in jobs:  # no range is still being read when the mapping is released
+                job.cancel()
+            for job in jobs:
+                if not job.cancelled():
+                    job.exception()
+
+
+def _read_hashed(
+    path: Path, size: int, keep: bool, range_bytes: int | None = None
+) -> tuple[list[str], int, torch.Tensor | None]:
+    """(digests, size found, the verified file when ``keep``) of ``path``, read from disk
+    once, over a private (copy-on-write) mapping of it. The digests: the sha256 of each
+    ``range_bytes`` range, hashed on every core (_hash_ranges, format 2), or with
+    ``range_bytes`` None the whole file's, one stream (_hash_mapped, format 1). When kept,
+    that mapping is what the load builds its tensors over: the very pages hashed, from the
+    descriptor opened here (a file renamed over the path meanwhile is not the one loaded),
+    no second read and no fresh memory (on a VM a 4 KiB anonymous page fault costs about
+    1 s per GB; these faults map pages the page cache holds)."""
     fd = open_regular(path)  # a FIFO put in the file's place: refused, never waited on
     try:
         found = os.fstat(fd).st_size
         if found != size:
-            return digest.hexdigest(), found, None
+            return [], found, None
         if size == 0:
-            return digest.hexdigest(), 0, torch.empty(0, dtype=torch.uint8) if keep else None
+            empty = [hashlib.sha256().hexdigest()]
+            return empty, 0, torch.empty(0, dtype=torch.uint8) if keep else None
         area = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         try:
-            _hash_mapped(fd, area, size, digest)
+            if range_bytes is None:
+                digest = hashlib.sha256()
+                _hash_mapped(fd, area, size, digest)
+                digests = [digest.hexdigest()]
+            else:
+                digests = _hash_ranges(fd, area, size, range_bytes, _reading.hashers)
             found = os.fstat(fd).st_size  # grown or truncated meanwhile: refused
         except BaseException:
             area.close()
             raise
         if not keep or found != size:
             area.close()
-            return digest.hexdigest(), found, None
-        return digest.hexdigest(), found, torch.frombuffer(area, dtype=torch.uint8)
+            return digests, found, None
+        return digests, found, torch.frombuffer(area, dtype=torch.uint8)
     finally:
         os.close(fd)
 
@@ -219,38 +267,65 @@ def _file_verdict(path: Path, entry: dict[str, Any]) -> FileVerdict:
         return FileVerdict(
             path.name, False, f"size {size} bytes, the manifest says {entry.get('size')}", size
         )
+    range_bytes = entry.get("range_bytes")  # format 2 (read_manifest checked its ranges)
     try:
-        digest, got, contents = _read_hashed(path, size, getattr(_keeping, "keep", False))
+        digests, got, contents = _read_hashed(
+            path, size, getattr(_reading, "keep", False), range_bytes
+        )
     except OSError as exc:  # replaced or made unreadable since its size was taken
         return FileVerdict(path.name, False, _what_is_there(exc), size)
     if got != size:
         return FileVerdict(path.name, False, f"size changed to {got} bytes while it was read", size)
-    if digest != entry.get("sha256"):
-        return FileVerdict(path.name, False, "sha256 differs from the manifest", size, digest)
-    return FileVerdict(path.name, True, "ok", size, digest, contents)
+    if range_bytes is None:  # format 1: the whole file's sha256, the one digest it has
+        (digest,) = digests
+        if digest != entry.get("sha256"):
+            return FileVerdict(path.name, False, "sha256 differs from the manifest", size, digest)
+        return FileVerdict(path.name, True, "ok", size, digest, contents)
+    listed = entry.get("range_sha256")
+    if digests != listed:
+        bad = next(
+            (i for i, (a, b) in enumerate(zip(digests, listed or [], strict=False)) if a != b),
+            min(len(digests), len(listed or [])),
+        )
+        start = bad * range_bytes
+        end = min(start + range_bytes, size)
+        return FileVerdict(
+            path.name,
+            False,
+            f"sha256 differs from the manifest in bytes {start}-{end} "
+            f"(range {bad + 1} of {len(digests)})",
+            size,
+        )
+    # The whole file's sha256 was not computed (the ranges were): none is reported as checked.
+    return FileVerdict(path.name, True, "ok", size, None, contents)
 
 
-def _verdict_keeping(path: Path, entry: dict[str, Any], keep: bool) -> FileVerdict:
-    _keeping.keep = keep
+def _verdict_reading(
+    path: Path, entry: dict[str, Any], keep: bool, hashers: ThreadPoolExecutor
+) -> FileVerdict:
+    _reading.keep, _reading.hashers = keep, hashers
     try:
         return _file_verdict(path, entry)
     finally:
-        _keeping.keep = False
+        _reading.keep, _reading.hashers = False, None
 
 
 def _verdicts(
     path: Path, listed: dict[str, Any], names: list[str], keep: Iterable[str]
 ) -> list[FileVerdict]:
-    """The verdicts of files ``names`` of ``path``, read in parallel, in that order."""
+    """The verdicts of files ``names`` of ``path``, read in parallel, in that order; the
+    ranges of every file hashed on one pool of HASHERS threads (made per call: a pool's
+    threads do not survive a fork, and checkpoints are loaded in forked workers too)."""
     kept = set(keep)
-    if len(names) <= 1:
-        return [_verdict_keeping(path / n, listed[n], n in kept) for n in names]
-    with ThreadPoolExecutor(min(READERS, len(names)), "verify") as pool:
-        jobs = [
-            pool.submit(_verdict_keeping, path / n, listed[n], n in kept)
-            for n in sorted(names, key=lambda n: -_listed_size(listed[n]))  # largest first
-        ]
-        found = {job.result().name: job.result() for job in jobs}
+    with ThreadPoolExecutor(HASHERS, "verify-sha256") as hashers:
+        if len(names) <= 1:
+            return [_verdict_reading(path / n, listed[n], n in kept, hashers) for n in names]
+        with ThreadPoolExecutor(min(READERS, len(names)), "verify") as pool:
+            jobs = [
+                pool.submit(_verdict_reading, path / n, listed[n], n in kept, hashers)
+                for n in sorted(names, key=lambda n: -_listed_size(listed[n]))  # largest first
+            ]
+            found = {job.result().name: job.result() for job in jobs}
     return [found[(path / n).name] for n in names]
 
 

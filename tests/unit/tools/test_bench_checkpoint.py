@@ -211,6 +211,18 @@ def test_tiny_run_end_to_end_writes_complete_evidence(tmp_path):
     with_touch = statistics.median(r["load_s"] + r["load_first_touch_s"] for r in rounds)
     assert touch["ratio_load_plus_first_touch"] == pytest.approx(medians["raw_read_s"] / with_touch)
 
+    bound = result["bound"]  # each side named by the longer of its disk and hash times
+    assert bound["disk_read_s"] == pytest.approx(medians["raw_read_s"])
+    assert bound["disk_write_s"] == pytest.approx(medians["raw_write_s"])
+    for key in ("one_stream_s", "ranges_all_cores_s", "save_digests_s"):
+        assert _positive_finite(bound[key]), key
+    for side, disk, digests in (
+        ("load", "disk_read_s", "ranges_all_cores_s"),
+        ("save", "disk_write_s", "save_digests_s"),
+        ("load_format_1", "disk_read_s", "one_stream_s"),
+    ):
+        assert bound[side] == ("disk" if bound[disk] >= bound[digests] else "hashing (CPU)")
+
     eviction = result["cache_eviction"]
     assert eviction["drop_caches"] == "disabled (--no-drop-caches)"
     assert eviction["max_resident_fraction_seen"] <= bench.MAX_RESIDENT
@@ -224,3 +236,15 @@ def test_bad_arguments_are_refused(tmp_path):
         bench.run_benchmark("tiny", repeats=0, directory=tmp_path)
     with pytest.raises(ValueError, match="unknown preset 'huge'"):
         bench.run_benchmark("huge", repeats=1, directory=tmp_path)
+
+
+def test_each_side_is_bound_by_the_longer_of_its_disk_and_hash_times():
+    rounds = [{"raw_read_s": 2.0, "raw_write_s": 5.0}, {"raw_read_s": 4.0, "raw_write_s": 7.0}]
+    hashing = {"one_stream_s": 3.5, "ranges_all_cores_s": 1.5, "save_digests_s": 6.5}
+    bound = bench.bounds(rounds, hashing)
+    assert (bound["disk_read_s"], bound["disk_write_s"]) == (3.0, 6.0)  # medians
+    assert (bound["load"], bound["save"], bound["load_format_1"]) == (
+        "disk",
+        "hashing (CPU)",
+        "hashing (CPU)",
+    )

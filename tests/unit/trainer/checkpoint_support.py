@@ -6,6 +6,8 @@ wrap the builder (tests/mutants/checkpoint.py) see them.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -68,3 +70,28 @@ def save(
         )
     except CheckpointError as exc:
         pytest.fail(f"saving a correct checkpoint failed: {exc}")
+
+
+def manifest_entry(data: bytes, range_bytes: int) -> dict:
+    """A format 2 manifest entry of ``data``, computed here from slices of it (an oracle
+    independent of trainer.checkpoint.manifest's incremental hashing)."""
+    starts = range(0, max(len(data), 1), range_bytes)
+    return {
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size": len(data),
+        "range_bytes": range_bytes,
+        "range_sha256": [hashlib.sha256(data[i : i + range_bytes]).hexdigest() for i in starts],
+    }
+
+
+def as_format_1(checkpoint: Path) -> None:
+    """Rewrite ``checkpoint``'s manifest as the trainer wrote it before issue 35 (format 1:
+    each file's sha256 and size, no ranges); the data files are the same bytes."""
+    path = checkpoint / "manifest.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["format_version"] = 1
+    data["files"] = {
+        name: {"sha256": entry["sha256"], "size": entry["size"]}
+        for name, entry in data["files"].items()
+    }
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -3,6 +3,7 @@ config of them (loop_config), and hooks that record what the loop did without pa
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
@@ -27,15 +28,27 @@ from trainer.train.hooks import Hooks
 VOCAB = 64
 
 
+@contextlib.contextmanager
+def single_intra_op_thread():
+    """torch on one intra-op thread for the block, the count restored after. For module-
+    and session-scoped fixtures, which are set up before the autouse ``one_thread``: a run
+    they make must use the thread count of the runs the tests compare it with, since a
+    kernel's result can depend on it (MKL's AVX2 sgemm does)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     """Tiny models on one intra-op thread: on a shared 2-core machine two threads spend
     their time waiting on each other (about 10x slower for hidden 16). Import this
     fixture into a test module to apply it there; the thread count is restored after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with single_intra_op_thread():
+        yield
 
 
 def tiny_config(vocab_size: int = VOCAB, hidden: int = 16) -> LlamaConfig:

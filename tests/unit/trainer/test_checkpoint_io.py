@@ -29,7 +29,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tests.unit.trainer.checkpoint_support import fresh, save, trained
+from tests.unit.trainer.checkpoint_support import fresh, manifest_entry, save, trained
 from tests.unit.trainer.test_components import train_state
 from trainer.checkpoint import durable, load, manifest, optimizer_state, verify
 from trainer.checkpoint.layout import DATA_FILES, MANIFEST_FILE, MODEL_FILE, OPTIMIZER_FILE
@@ -60,13 +60,15 @@ def test_the_hashing_writer_writes_save_file_s_bytes_and_hashes_exactly_them(
 ):
     monkeypatch.setattr(durable, "CHUNK_BYTES", 4096)  # "big" is sliced, smalls gathered
     monkeypatch.setattr(durable, "THREADED_BYTES", 0 if threaded else 10**12)
+    monkeypatch.setattr(manifest, "RANGE_BYTES", 10_000)  # chunks straddle range boundaries
     tensors = _mixed()
     assert durable.writable_here(tensors)
     save_file(tensors, str(tmp_path / "reference"), metadata={"format": "pt"})
     entry = durable.write_tensors(tmp_path / "ours", tensors, {"format": "pt"}).entry()
     ours, reference = (tmp_path / "ours").read_bytes(), (tmp_path / "reference").read_bytes()
     assert ours == reference, "not the bytes safetensors.torch.save_file writes"
-    assert entry == {"sha256": hashlib.sha256(ours).hexdigest(), "size": len(ours)}
+    assert entry == manifest_entry(ours, 10_000)
+    assert len(entry["range_sha256"]) == -(-len(ours) // 10_000) > 10
     back = load_file(str(tmp_path / "ours"))
     assert sorted(back) == sorted(tensors)
     assert all(torch.equal(back[n], t) for n, t in tensors.items())
@@ -75,7 +77,7 @@ def test_the_hashing_writer_writes_save_file_s_bytes_and_hashes_exactly_them(
 def test_write_json_s_entry_is_the_file_s(tmp_path):
     entry = durable.write_json(tmp_path / "x.json", {"b": [1, 2.5, "é"], "a": None})
     data = (tmp_path / "x.json").read_bytes()
-    assert entry == {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    assert entry == manifest_entry(data, manifest.RANGE_BYTES)
     assert json.loads(data) == {"a": None, "b": [1, 2.5, "é"]}
 
 
@@ -90,13 +92,13 @@ def test_a_save_hashes_while_writing_and_writes_the_adamw_state_from_its_own_mem
     def no_read_back(path, *args, **kwargs):
         raise AssertionError(f"{path}: hashed by reading it back")
 
-    monkeypatch.setattr(manifest, "sha256_file", no_read_back)
+    monkeypatch.setattr(manifest, "file_entry", no_read_back)
     path = save(tmp_path, 4, model, optimizer)
     files = json.loads((path / MANIFEST_FILE).read_text())["files"]
     assert sorted(files) == sorted(DATA_FILES)
     for name, entry in files.items():
         data = (path / name).read_bytes()
-        assert entry == {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}, name
+        assert entry == manifest_entry(data, manifest.RANGE_BYTES), name
     assert verify.inspect_checkpoint(path).valid
 
 
@@ -155,9 +157,9 @@ def _count_reads(monkeypatch) -> list[str]:
     reads: list[str] = []
     real = verify._read_hashed
 
-    def counted(path, size, keep):
+    def counted(path, size, keep, range_bytes=None):
         reads.append(path.name)
-        return real(path, size, keep)
+        return real(path, size, keep, range_bytes)
 
     monkeypatch.setattr(verify, "_read_hashed", counted)
     return reads

@@ -1,0 +1,191 @@
+"""Checkpoint format 2 (issue 35): every file's manifest entry lists the sha256 of each range
+of it, and a load verifies the ranges on every core, so the hashing keeps up with a disk that
+reads faster than one core hashes. Every byte is still covered: a flipped byte in any range,
+a truncated file, a manifest whose ranges do not add up are refused, naming the file (and the
+range); a format 1 checkpoint (whole-file sha256 only) is still verified and loaded.
+
+Ranges are made small here (100,000 bytes) so the tiny model's files span several."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import threading
+import types
+from pathlib import Path
+
+import pytest
+
+from tests.unit.trainer.checkpoint_support import as_format_1, manifest_entry, save, trained
+from trainer.checkpoint import load, manifest, verify
+from trainer.checkpoint.layout import (
+    DATA_FILES,
+    MANIFEST_FILE,
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    CheckpointError,
+)
+
+RANGE = 100_000
+
+
+@pytest.fixture
+def small_ranges(monkeypatch):
+    monkeypatch.setattr(manifest, "RANGE_BYTES", RANGE)
+    monkeypatch.setattr(manifest, "MIN_RANGE_BYTES", RANGE)
+
+
+@pytest.fixture
+def checkpoint(tmp_path, small_ranges) -> Path:
+    model, optimizer = trained(steps=2)
+    return save(tmp_path / "run", 2, model, optimizer)
+
+
+def _copy(checkpoint: Path, tmp_path: Path, name: str) -> Path:
+    return Path(shutil.copytree(checkpoint, tmp_path / name / checkpoint.name))
+
+
+def _manifest(path: Path) -> dict:
+    return json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
+
+
+def test_a_save_lists_the_sha256_of_every_range_of_the_bytes_on_disk(checkpoint):
+    data = _manifest(checkpoint)
+    assert data["format_version"] == 2
+    assert sorted(data["files"]) == sorted(DATA_FILES)
+    for name, entry in data["files"].items():
+        assert entry == manifest_entry((checkpoint / name).read_bytes(), RANGE), name
+    assert len(data["files"][OPTIMIZER_FILE]["range_sha256"]) == 13  # 1,271,036 bytes
+    assert verify.inspect_checkpoint(checkpoint).valid
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+@pytest.mark.parametrize("name", [MODEL_FILE, OPTIMIZER_FILE])
+def test_a_byte_flipped_in_any_range_is_refused_naming_the_file_and_the_range(
+    checkpoint, tmp_path, name, where
+):
+    path = _copy(checkpoint, tmp_path, "damaged")
+    data = bytearray((path / name).read_bytes())
+    ranges = -(-len(data) // RANGE)
+    index = {"first": 0, "middle": ranges // 2, "last": ranges - 1}[where]
+    offset = min(index * RANGE + 4321, len(data) - 1)
+    data[offset] ^= 0x10
+    (path / name).write_bytes(bytes(data))
+    report = verify.inspect_checkpoint(path)
+    start, end = index * RANGE, min(index * RANGE + RANGE, len(data))
+    assert report.problems == [
+        f"{path / name}: sha256 differs from the manifest in bytes {start}-{end} "
+        f"(range {index + 1} of {ranges})"
+    ]
+    with pytest.raises(CheckpointError, match="sha256 differs from the manifest in bytes"):
+        load.verify_for_load(path)
+
+
+def test_a_truncated_file_is_refused_by_its_size(checkpoint, tmp_path):
+    path = _copy(checkpoint, tmp_path, "truncated")
+    data = (path / OPTIMIZER_FILE).read_bytes()
+    (path / OPTIMIZER_FILE).write_bytes(data[: len(data) - RANGE])  # whole ranges gone
+    assert verify.inspect_checkpoint(path).problems == [
+        f"{path / OPTIMIZER_FILE}: size {len(data) - RANGE} bytes, the manifest says {len(data)}"
+    ]
+
+
+def _with_entry(path: Path, change) -> None:
+    data = _manifest(path)
+    change(data, data["files"][OPTIMIZER_FILE])
+    (path / MANIFEST_FILE).write_text(json.dumps(data), encoding="utf-8")
+
+
+MANIFEST_DAMAGE = {
+    "a range digest missing": (
+        lambda m, e: e["range_sha256"].pop(),
+        "12 range digests, but 1271036 bytes in ranges of 100000 make 13",
+    ),
+    "a range digest too many": (
+        lambda m, e: e["range_sha256"].append("0" * 64),
+        "14 range digests",
+    ),
+    "a digest that is no sha256": (
+        lambda m, e: e["range_sha256"].__setitem__(3, "xyz"),
+        "range_sha256 is not a list of sha256 hex digests",
+    ),
+    "ranges smaller than the least": (
+        lambda m, e: e.update(range_bytes=RANGE - 1),
+        f"range_bytes is {RANGE - 1}, not a whole number of at least {RANGE}",
+    ),
+    "range_bytes a boolean": (
+        lambda m, e: e.update(range_bytes=True),
+        "range_bytes is true",
+    ),
+    "no ranges at all in format 2": (
+        lambda m, e: (e.pop("range_bytes"), e.pop("range_sha256")),
+        "range_bytes is null",
+    ),
+    "a format this trainer never wrote": (
+        lambda m, e: m.update(format_version=3),
+        "version 3; this trainer reads 'shipgate-checkpoint' versions 1 and 2",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", list(MANIFEST_DAMAGE))
+def test_a_manifest_whose_ranges_do_not_add_up_is_refused_naming_the_entry(
+    checkpoint, tmp_path, damage
+):
+    path = _copy(checkpoint, tmp_path, "manifest")
+    change, says = MANIFEST_DAMAGE[damage]
+    _with_entry(path, change)
+    report = verify.inspect_checkpoint(path)
+    assert not report.valid
+    (problem,) = report.problems
+    assert problem.startswith(f"{path / MANIFEST_FILE}: ") and says in problem, problem
+    if "format" not in damage:
+        assert repr(OPTIMIZER_FILE) in problem
+
+
+def test_the_undamaged_copy_of_each_case_is_valid(checkpoint, tmp_path):
+    """The other side of the refusals above: rewriting the manifest unchanged is valid."""
+    path = _copy(checkpoint, tmp_path, "unchanged")
+    _with_entry(path, lambda m, e: None)
+    assert verify.inspect_checkpoint(path).valid
+
+
+def test_a_format_1_checkpoint_is_verified_by_its_whole_file_sha256(checkpoint, tmp_path):
+    path = _copy(checkpoint, tmp_path, "v1")
+    as_format_1(path)
+    assert _manifest(path)["format_version"] == 1
+    report = verify.inspect_checkpoint(path)
+    assert report.valid, report.problems
+    optimizer = next(v for v in report.files if v.name == OPTIMIZER_FILE)
+    assert optimizer.sha256 == hashlib.sha256((path / OPTIMIZER_FILE).read_bytes()).hexdigest()
+    data = bytearray((path / OPTIMIZER_FILE).read_bytes())
+    data[-1] ^= 0x01
+    (path / OPTIMIZER_FILE).write_bytes(bytes(data))
+    assert verify.inspect_checkpoint(path).problems == [
+        f"{path / OPTIMIZER_FILE}: sha256 differs from the manifest"
+    ]
+
+
+def test_the_ranges_of_one_file_are_hashed_on_several_threads_at_once(tmp_path, monkeypatch):
+    """Two ranges of one file in flight together: a loader that hashes a file's ranges one
+    after another (one core, as format 1 must) waits out the barrier and fails here."""
+    path = tmp_path / "file"
+    path.write_bytes(bytes(range(256)) * 2000)  # 512,000 bytes: 6 ranges
+    barrier, alone = threading.Barrier(2, timeout=5), []
+
+    def sha256(data=b""):
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            alone.append(len(data))
+            barrier.reset()
+        return hashlib.sha256(data)
+
+    monkeypatch.setattr(verify, "hashlib", types.SimpleNamespace(sha256=sha256))
+    monkeypatch.setattr(verify, "HASHERS", 2)
+    entry = manifest_entry(path.read_bytes(), RANGE)
+    assert verify._verdicts(tmp_path, {"file": entry}, ["file"], keep=()) == [
+        verify.FileVerdict("file", True, "ok", len(path.read_bytes()), None)
+    ]
+    assert len(alone) <= 1, f"{len(alone)} ranges were hashed with no other one in flight"

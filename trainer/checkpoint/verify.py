@@ -5,8 +5,9 @@
     verify_checkpoint(path, architecture=cfg)   # CheckpointError listing every problem
 
 Checked: manifest present and readable; every listed file present with its size and
-sha256 (format 2: the sha256 of each of its ranges; format 1: of the whole file); every file of the format listed and no other file in the directory (a planted
-``.pt`` is refused, never ignored); the model file's header holds the architecture's
+sha256 (format 2: the sha256 of each of its ranges; format 1: of the whole file); every
+file of the format listed and no other file in the directory (a planted ``.pt`` is refused,
+never ignored); the model file's header holds the architecture's
 tensors (names, shapes, count, parameter count, dtype); the optimizer file holds, for
 every parameter of that architecture or for none, exp_avg and exp_avg_sq of its shape and a
 one-element step, and nothing of no parameter; every RNG tensor is a generator state of its

@@ -214,6 +214,10 @@ def _child(request: dict) -> None:
     code = 1
     try:
         os.setsid()
+        # A fresh interpreter's handlers, not the warm one's (its SIGTERM handler would
+        # end a test that sends itself SIGTERM with the warm interpreter's exit status).
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         os.dup2(os.open(request["stdout"], flags, 0o600), 1)

@@ -42,6 +42,13 @@ def test_fails_on_an_assertion():
     assert helper.VALUE == 8
 
 
+def test_signal_handlers_are_a_fresh_interpreters():
+    import signal
+
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_registers_an_exit_handler():
     marker = Path(os.environ["FORKRUN_MARKER"])
     atexit.register(marker.write_text, "exit handlers ran")
@@ -90,6 +97,14 @@ def test_a_forked_run_gets_the_runs_environment_and_directory(project, warm, tmp
     assert "1 passed" in done.stdout
     failed = _run(warm, "tests/test_probe.py::test_fails_on_an_assertion", env, tmp_path / "b")
     assert failed.returncode == 1 and "assert 7 == 8" in failed.stdout
+
+
+def test_signal_handlers_are_a_fresh_interpreters(project, warm, tmp_path):
+    """The warm interpreter handles SIGTERM (to kill its child); a run must not inherit that
+    handler: a test that sends itself SIGTERM would end with the warm one's exit status."""
+    node = "tests/test_probe.py::test_signal_handlers_are_a_fresh_interpreters"
+    done = _run(warm, node, _env(project, tmp_path), tmp_path / "a")
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_exit_handlers_run_as_at_a_normal_exit(project, warm, tmp_path):

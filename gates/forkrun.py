@@ -280,7 +280,7 @@ def _exit_status(code: object) -> int:
         return 0
     if isinstance(code, int):
         return code
-    print(code, file=sys.stderr)
+    sys.stderr.write(f"{code}\n")  # what the interpreter prints for a non-integer exit
     return 1
 
 

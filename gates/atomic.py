@@ -360,8 +360,14 @@ def recover(root: Path) -> Recovery:
 
 
 @contextlib.contextmanager
-def locked(lock_path: Path, timeout_s: float = 120.0) -> Iterator[None]:
-    """Exclusive advisory lock (flock): released by the kernel even if we are killed."""
+def locked(
+    lock_path: Path,
+    timeout_s: float = 120.0,
+    *,
+    holder: str = "another gates command (a promotion, demotion or recovery in this project)",
+) -> Iterator[None]:
+    """Exclusive advisory lock (flock): released by the kernel even if we are killed.
+    ``holder`` names who else takes it, for the message when ``timeout_s`` runs out."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -373,9 +379,8 @@ def locked(lock_path: Path, timeout_s: float = 120.0) -> Iterator[None]:
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     raise TimeoutError(
-                        f"{lock_path} is held by another gates command (a promotion, demotion "
-                        f"or recovery in this project); waited {timeout_s:g} s for it: let it "
-                        "finish, then run this command again"
+                        f"{lock_path} is held by {holder}; waited {timeout_s:g} s for it: "
+                        "let it finish, then run this command again"
                     ) from None
                 time.sleep(0.05)
         yield

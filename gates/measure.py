@@ -57,6 +57,9 @@ class Measurer:
     #: How the project rebuilds the artifact (gates.recipes), so that `gates check` and
     #: `gates promote` without --artifact can rebuild one that is gone.
     recipe: Recipe | None = None
+    #: The measurement times this machine (wall time or memory, side by side): `gates check
+    #: --ship-blocking` runs it with no other gate beside it (gates.checkrun).
+    timed: bool = False
 
 
 REGISTRY: dict[str, Measurer] = {}
@@ -68,12 +71,13 @@ def measures(
     artifact: str | None = None,
     check: Callable[[Path], str | None] | None = None,
     recipe: Recipe | None = None,
+    timed: bool = False,
 ) -> Callable[[MeasureFn], MeasureFn]:
     if recipe is not None and artifact is None:
         raise ValueError(f"{gate_id}: a recipe makes an artifact; say which (artifact=...)")
 
     def register(fn: MeasureFn) -> MeasureFn:
-        REGISTRY[gate_id] = Measurer(gate_id, fn, artifact, check, recipe)
+        REGISTRY[gate_id] = Measurer(gate_id, fn, artifact, check, recipe, timed)
         return fn
 
     return register

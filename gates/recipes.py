@@ -61,7 +61,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from gates import files, jsonfile
+from gates import atomic, files, jsonfile
 from gates.files import atomic_write_text, update_digest
 
 CACHE_ENV = "SHIPGATE_CACHE"
@@ -75,6 +75,10 @@ DIGEST = re.compile(r"[0-9a-f]{64}")
 MAX_VOLATILE_BYTES = 1024 * 1024 * 1024
 #: Under the cache: one file per recipe key, holding the digest that recipe last built.
 INDEX_DIR = "by-recipe"
+#: Under the cache: one lock file per recipe key, held while that recipe is looked up or built.
+LOCK_DIR = ".locks"
+#: A build waited for may run its whole timeout; the wait allows this much more.
+LOCK_MARGIN_S = 60.0
 #: An index file holds one digest and a newline; anything longer is not one.
 MAX_INDEX_BYTES = 4096
 
@@ -325,15 +329,25 @@ def obtain(root: Path, recipe: Recipe, want: str | None = None, log: Log = _stde
         if hit is not None:
             log(f"gates: using cached artifact {hit}")
             return Built(hit, want, digest(hit, recipe)[1], "cache")
-    index = cache / INDEX_DIR / key(recipe, root)
-    last = _read_index(index, log)
-    hit = cached(cache, last, recipe, log) if last else None
-    if hit is not None:
-        log(f"gates: using cached artifact {hit} (built earlier from this recipe)")
-        return Built(hit, last, digest(hit, recipe)[1], "cache")
-    built = build(root, recipe, cache, log)
-    _replace_unless_directory(cache / INDEX_DIR, log)
-    atomic_write_text(index, built.sha256 + "\n")
+    recipe_key = key(recipe, root)
+    index = cache / INDEX_DIR / recipe_key
+    # One build per recipe at a time: gates checked side by side (gates.checkrun) that need
+    # the same artifact share one build; the second finds it through the index.
+    cache.mkdir(parents=True, exist_ok=True)
+    _replace_unless_directory(cache / LOCK_DIR, log)
+    with atomic.locked(
+        cache / LOCK_DIR / recipe_key,
+        timeout_s=recipe.timeout_s + LOCK_MARGIN_S,
+        holder=f"another build of {' '.join(recipe.command)}",
+    ):
+        last = _read_index(index, log)
+        hit = cached(cache, last, recipe, log) if last else None
+        if hit is not None:
+            log(f"gates: using cached artifact {hit} (built earlier from this recipe)")
+            return Built(hit, last, digest(hit, recipe)[1], "cache")
+        built = build(root, recipe, cache, log)
+        _replace_unless_directory(cache / INDEX_DIR, log)
+        atomic_write_text(index, built.sha256 + "\n")
     return built
 
 

@@ -125,3 +125,14 @@ def recorded_command(prog: str, root: Path) -> list[str]:
     of one machine's executable; paths under the project root relative to it, absolute
     paths outside it as ``…/<name>`` (gates.machine_paths.portable_command)."""
     return portable_command(prog, sys.argv[1:], root)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number of at least 1 (``--jobs``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a positive whole number: {text!r}")
+    return value

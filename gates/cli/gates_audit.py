@@ -19,7 +19,7 @@ from pathlib import Path
 
 from gates import exit_codes, forkrun
 from gates.audit import expected_seconds, render_table, run_audit, write_audit_evidence
-from gates.cli.common import recorded_command, require_known, valid_contracts
+from gates.cli.common import positive_int, recorded_command, require_known, valid_contracts
 from gates.validate import find_root
 
 
@@ -66,7 +66,7 @@ def add_parser(sub: argparse._SubParsersAction, add_contract_arguments) -> None:
     p.add_argument("--quiet", action="store_true", help="no per-run progress on stderr")
     p.add_argument(
         "--jobs",
-        type=_positive,
+        type=positive_int,
         default=os.cpu_count() or 1,
         metavar="N",
         help="runs at a time (default: the number of CPUs, %(default)s here)",
@@ -78,13 +78,3 @@ def add_parser(sub: argparse._SubParsersAction, add_contract_arguments) -> None:
     )
     add_contract_arguments(p, flag=True)
     p.set_defaults(run=cmd_audit)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"not a positive whole number: {text!r}")
-    return value

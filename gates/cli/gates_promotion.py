@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from gates import exit_codes, files, freshness, promotion
-from gates.cli.common import UsageError, recorded_command, require_known, valid_contracts
+from gates import checkrun, exit_codes, files, freshness, measure, promotion
+from gates.cli.common import (
+    UsageError,
+    positive_int,
+    recorded_command,
+    require_known,
+    valid_contracts,
+)
 from gates.contract import Contract, Gate
 from gates.validate import find_root
 
@@ -84,34 +90,46 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_check_ship_blocking(args: argparse.Namespace) -> int:
     """`gates check --ship-blocking`: re-measure every ship-blocking gate (what CI runs at
-    HEAD), each in a fresh `gates check` process, writing nothing; fails unless every one
-    is PASS. A missing artifact is rebuilt from its recipe into the cache (gates.recipes)."""
+    HEAD), each in a fresh `gates check` process, ``--jobs`` at a time with timed gates alone
+    (gates.checkrun), writing nothing; fails unless every one is PASS. A missing artifact is
+    rebuilt from its recipe into the cache (gates.recipes)."""
     if args.gate is not None or args.artifact or args.out:
         raise UsageError("--ship-blocking checks every such gate: drop GATE, --artifact, --out")
     contracts = valid_contracts(args, "gates", remeasuring=True)
-    blocking = [(c, g) for c in contracts for g in c.gates if g.ship_blocking]
-    results: list[tuple[str, str, float]] = []
-    with tempfile.TemporaryDirectory(prefix="shipgate-check-") as tmp:
-        for c, g in blocking:
-            out = Path(tmp) / f"{g.id}.json"
-            cmd = [sys.executable, "-m", "gates.cli.gates", "check", g.id, "--out", str(out)]
-            cmd += ["--files", str(c.path)] + (["--root", str(args.root)] if args.root else [])
-            print(f"== gates check {g.id}", flush=True)
-            start = time.perf_counter()
-            proc = subprocess.run(cmd, check=False)  # its report streams to this terminal
-            seconds = time.perf_counter() - start
-            verdict = f"refused (exit {proc.returncode})"
-            if out.is_file():  # written whatever the verdict; absent when refused
-                verdict = json.loads(out.read_text(encoding="utf-8"))["verdict"]
-            results.append((g.id, verdict, seconds))
+    jobs = []
+    for c in contracts:
+        for g in c.gates:
+            if g.ship_blocking:
+                measurer = measure.lookup(g.id, args.root or find_root(c.path))
+                timed = measurer is not None and measurer.timed
+                builds = measurer is not None and measurer.recipe is not None
+                jobs.append(checkrun.Job(g.id, c.path, timed=timed, builds=builds))
+
+    def report(outcome: checkrun.Outcome) -> None:
+        print(f"== gates check {outcome.gate_id} ({outcome.seconds:.1f} s)", flush=True)
+        print(outcome.output, end="" if outcome.output.endswith("\n") else "\n", flush=True)
+
+    started = time.perf_counter()
+    results = checkrun.run_all(
+        jobs,
+        lambda job, out: checkrun.gates_check_argv(job, out, args.root),
+        parallel=args.jobs,
+        report=report,
+    )
+    wall = time.perf_counter() - started
+    timed = {job.gate_id for job in jobs if job.timed}
     print(f"\n{'gate':<28} {'verdict':<10} {'seconds':>8}")
-    for gate_id, verdict, seconds in results:
-        print(f"{gate_id:<28} {verdict:<10} {seconds:>8.1f}")
-    failed = [gate_id for gate_id, verdict, _ in results if verdict != "PASS"]
-    total = sum(seconds for _, _, seconds in results)
+    for r in results:
+        print(
+            f"{r.gate_id:<28} {r.verdict:<10} {r.seconds:>8.1f}"
+            + ("  (alone)" if r.gate_id in timed else "")
+        )
+    failed = [r.gate_id for r in results if r.verdict != "PASS"]
+    total = sum(r.seconds for r in results)
     print(
         f"ship-blocking gates re-measured: {len(results) - len(failed)} of {len(results)} PASS "
-        f"in {total:.0f} s" + (f"; not PASS: {', '.join(failed)}" if failed else "")
+        f"in {wall:.0f} s ({total:.0f} s of runs, {args.jobs} at a time, timed gates alone)"
+        + (f"; not PASS: {', '.join(failed)}" if failed else "")
     )
     return exit_codes.FINDINGS if failed else exit_codes.OK
 
@@ -206,6 +224,14 @@ def add_parsers(sub: argparse._SubParsersAction, add_contract_arguments) -> None
         action="store_true",
         help="instead of one GATE: re-measure every ship-blocking gate, each in its own "
         "process; fails unless all PASS (CI runs this at HEAD)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="with --ship-blocking: gates at a time (default: the CPUs, %(default)s here); a "
+        "timed gate always runs alone",
     )
     add_contract_arguments(p, flag=True)
     p.set_defaults(run=cmd_check)

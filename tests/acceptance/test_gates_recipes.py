@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -21,10 +22,11 @@ from tests.acceptance import widget_project
 
 GATE = "GATE-WIDGET-001"
 MAKE_WIDGET = """\
-import os, sys
+import os, sys, time
 from pathlib import Path
 with open(os.environ["WIDGET_BUILDS"], "a") as fh:
     fh.write("build\\n")
+time.sleep(float(os.environ.get("WIDGET_SLEEP", "0")))
 if os.environ.get("WIDGET_FAIL"):
     print("widget recipe: no widgets today", file=sys.stderr)
     sys.exit(3)
@@ -97,6 +99,18 @@ def test_no_artifact_anywhere_is_built_from_the_recipe_then_reused_from_the_cach
     ]
 
 
+def test_gates_checked_side_by_side_share_one_build(project, monkeypatch):
+    """Two `gates check` of gates on one recipe at once (gates.checkrun): the second waits for
+    the first's build and reads it from the cache instead of building it again."""
+    root, _ = project
+    monkeypatch.setenv("WIDGET_SLEEP", "1")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        built = list(pool.map(lambda _: recipes.obtain(root, RECIPE, log=lambda line: None), "ab"))
+    assert builds(root) == 1, "each waiter built the artifact again"
+    assert sorted(b.source for b in built) == ["built", "cache"]
+    assert built[0].sha256 == built[1].sha256
+
+
 def test_a_promotion_with_no_evidence_builds_and_the_next_check_uses_the_recorded_digest(
     project,
 ):
@@ -159,7 +173,8 @@ def test_a_failing_recipe_is_refused_with_its_stderr_and_nothing_is_cached(proje
     with pytest.raises(promotion.RefusedError, match=r"(?s)exited with 3.*no widgets today"):
         check(root, contract)
     assert builds(root) == 1
-    assert cache_entries(root) == []  # no entry, no index, no half-built temp directory
+    # no entry, no index, no half-built temp directory: only the (empty) lock files
+    assert [e for e in cache_entries(root) if e != recipes.LOCK_DIR] == []
 
 
 def test_an_explicit_artifact_still_works_and_is_never_rebuilt(project):

@@ -207,7 +207,7 @@ def _bench(ctx: GateContext, *args: str) -> dict:
         return json.loads(out.read_text())
 
 
-@measures("GATE-BPE-TRAIN-PERF-005")
+@measures("GATE-BPE-TRAIN-PERF-005", timed=True)  # a ratio of wall times: run alone
 def speedup_over_reference(ctx: GateContext) -> Measurement:
     r = _bench(ctx, "speedup", "--repeats", "3")
     speedup = r["speedup"] if r["parity"] else 0.0  # a speedup on different output is none
@@ -247,6 +247,7 @@ PYTHON_CORPUS_127MB = Recipe(
     artifact="corpus directory",
     check=_is_corpus_dir,
     recipe=PYTHON_CORPUS_127MB,
+    timed=True,  # wall time and peak RSS against HF's, side by side: run alone
 )
 def budget_vs_hf(ctx: GateContext) -> Measurement:
     args = ["vs-hf", "--vocab-size", "50257", "--repeats", "3"]

@@ -2,9 +2,10 @@
 `pv validate` (EVIDENCE-STALE), `pv status` (STALE) and `gates promote --stale` share.
 
 Evidence records the sha256 of every repository file its measurement and bound tests read
-(``sources``, collected by gates.trace). It is stale when one of those files now hashes
-differently or is gone, and when it records no sources at all (it predates them, so nothing
-says it is fresh).
+(``sources``, collected by gates.trace), and of every file the build of each artifact built
+from a recipe read (``artifacts[].build_sources``: an artifact is a function of the code
+that built it). It is stale when one of those files now hashes differently or is gone, and
+when it records no sources, missing or empty (nothing then says it is fresh).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from gates import evidence as evidence_mod
 from gates.contract import Gate
 from gates.files import sha256_file
 
-NO_SOURCES = "records no sources; re-measure with gates promote --stale"
+NO_SOURCES = "records no sources (none or an empty list); re-measure: gates promote --stale"
 
 #: (real path, st_size, st_mtime_ns, st_ino) → sha256: many gates share source files.
 _digests: dict[tuple[str, int, int, int], str] = {}
@@ -46,21 +47,26 @@ def stale_sources(root: Path, evidence: dict) -> list[tuple[str, str]]:
     "changed", "gone", "not a path in the project"; ``[("", NO_SOURCES)]`` when it records
     no sources. Empty: fresh."""
     recorded = evidence.get("sources")
-    if recorded is None:
+    if not recorded:
         return [("", NO_SOURCES)]
+    built_from = [
+        (src, f" (read by the build of artifact {artifact.get('name') or artifact.get('path')})")
+        for artifact in evidence.get("artifacts") or []
+        for src in artifact.get("build_sources") or []
+    ]
     out = []
-    for src in recorded:
+    for src, by in [(src, "") for src in recorded] + built_from:
         rel = src["path"]
         parts = PurePosixPath(rel).parts
         if not parts or PurePosixPath(rel).is_absolute() or ".." in parts:
-            out.append((rel, "not a path in the project"))
+            out.append((rel, "not a path in the project" + by))
             continue
         now = _digest(root.joinpath(*parts))
         if now is None:
-            out.append((rel, "gone"))
+            out.append((rel, "gone" + by))
         elif now != src["sha256"]:
-            out.append((rel, "changed"))
-    return out
+            out.append((rel, "changed" + by))
+    return list(dict.fromkeys(out))
 
 
 def describe(evidence: dict, stale: list[tuple[str, str]], limit: int = 3) -> str:

@@ -87,17 +87,26 @@ ArtifactRef = tuple[Path, dict]
 
 
 def _artifact_entry(
-    path: Path, root: Path, recipe: recipes.Recipe | None, sha256: str, size: int
+    path: Path,
+    root: Path,
+    recipe: recipes.Recipe | None,
+    sha256: str,
+    size: int,
+    *,
+    build_sources: tuple[dict, ...] = (),
 ) -> dict:
     """The evidence entry of an artifact: a repository-relative ``path`` only when it lies
     under the root and outside the cache (a cache entry is found by its digest; a path
-    outside the root names one machine), and the recipe that rebuilds it."""
+    outside the root names one machine), the recipe that rebuilds it, and the files its
+    build read (when it was built from the recipe: pv's freshness covers them)."""
     entry: dict = {"name": path.name, "sha256": sha256, "bytes": size}
     resolved, cache = path.resolve(), recipes.cache_dir(root)
     if resolved.is_relative_to(root.resolve()) and not resolved.is_relative_to(cache):
         entry["path"] = resolved.relative_to(root.resolve()).as_posix()
     if recipe is not None:
         entry["recipe"] = recipes.record(recipe, root)
+    if build_sources:
+        entry["build_sources"] = list(build_sources)
     return entry
 
 
@@ -151,8 +160,10 @@ def _resolve_artifacts(
     refs: list[ArtifactRef] = []
     notes: list[str] = []
 
-    def add(path: Path, sha256: str, size: int) -> None:
-        refs.append((path, _artifact_entry(path, root, recipe, sha256, size)))
+    def add(path: Path, sha256: str, size: int, build_sources: tuple[dict, ...] = ()) -> None:
+        refs.append(
+            (path, _artifact_entry(path, root, recipe, sha256, size, build_sources=build_sources))
+        )
 
     if given:
         for path in given:
@@ -168,7 +179,7 @@ def _resolve_artifacts(
         if not recorded:
             _log(f"gates: {gate.id} records no artifact yet: using its recipe")
             built = _from_recipe(root, recipe, None)
-            add(built.path, built.sha256, built.bytes)
+            add(built.path, built.sha256, built.bytes, built.build_sources)
         for ref in recorded:
             shown = ref.get("path") or ref.get("name") or "artifact"
             path = (root / ref["path"]) if ref.get("path") else None
@@ -197,7 +208,7 @@ def _resolve_artifacts(
                 )
                 _log(f"gates: {note}")
                 notes.append(note)
-            add(built.path, built.sha256, built.bytes)
+            add(built.path, built.sha256, built.bytes, built.build_sources)
     for path, _ in refs:
         reason = measurer.check(path) if measurer.check else None
         if reason:

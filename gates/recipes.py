@@ -61,7 +61,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from gates import atomic, files, jsonfile
+from gates import atomic, files, jsonfile, trace
 from gates.files import atomic_write_text, update_digest
 
 CACHE_ENV = "SHIPGATE_CACHE"
@@ -75,6 +75,9 @@ DIGEST = re.compile(r"[0-9a-f]{64}")
 MAX_VOLATILE_BYTES = 1024 * 1024 * 1024
 #: Under the cache: one file per recipe key, holding the digest that recipe last built.
 INDEX_DIR = "by-recipe"
+#: Beside a cached artifact: the repository files its build read, ``{"sources": [...]}``.
+BUILD_RECORD = "build.json"
+MAX_BUILD_RECORD_BYTES = 64 * 1024 * 1024
 #: Under the cache: one lock file per recipe key, held while that recipe is looked up or built.
 LOCK_DIR = ".locks"
 #: A build waited for may run its whole timeout; the wait allows this much more.
@@ -290,19 +293,67 @@ def _entry_problem(cache: Path, sha256: str, recipe: Recipe) -> str | None:
     return None
 
 
-def cached(cache: Path, sha256: str, recipe: Recipe, log: Log | None = None) -> Path | None:
-    """The cache entry of ``sha256`` if it is there, a real directory with no symlink in its
-    artifact, and still digests to it; otherwise None (``log`` hears why, when it is
-    something other than absent)."""
+def cached(
+    cache: Path, sha256: str, recipe: Recipe, root: Path, log: Log | None = None
+) -> tuple[Path, tuple[dict, ...]] | None:
+    """The cache entry of ``sha256`` and the sources its build read, if the entry is there,
+    a real directory with no symlink in its artifact, still digests to it, and was built from
+    the code as it is now under ``root`` (every file its build read hashes the same);
+    otherwise None (``log`` hears why, when it is something other than absent)."""
+
+    def unused(why: str) -> None:
+        if log is not None:
+            log(f"gates: cache entry not used: {why}")
+
     problem = _entry_problem(cache, sha256, recipe)
     if problem:
-        if log is not None:
-            log(f"gates: cache entry not used: {problem}")
+        unused(problem)
         return None
     path = cache / sha256 / recipe.artifact_name
-    if path.exists() and digest(path, recipe)[0] == sha256:
-        return path
-    return None
+    if not path.exists() or digest(path, recipe)[0] != sha256:
+        return None
+    built_from = read_build_record(cache / sha256)
+    if built_from is None:
+        unused(f"{cache / sha256} records no build sources (built by an older gates): rebuilt")
+        return None
+    changed = changed_sources(root, built_from)
+    if changed:
+        unused(f"{cache / sha256} was built from other code ({changed}): rebuilt")
+        return None
+    return path, built_from
+
+
+def read_build_record(entry: Path) -> tuple[dict, ...] | None:
+    """The build sources a cache entry recorded (``BUILD_RECORD``), or None when it has none
+    or it does not read as one."""
+    try:
+        data = jsonfile.read_json(entry / BUILD_RECORD, MAX_BUILD_RECORD_BYTES)
+        sources = data["sources"]
+        if not isinstance(sources, list) or not all(
+            isinstance(s, dict) and isinstance(s.get("path"), str) and DIGEST.fullmatch(
+                str(s.get("sha256", ""))) for s in sources
+        ):  # fmt: skip
+            return None
+    except (OSError, jsonfile.JsonFileError, KeyError, TypeError):
+        return None
+    return tuple({"path": s["path"], "sha256": s["sha256"]} for s in sources)
+
+
+def changed_sources(root: Path, sources: tuple[dict, ...] | list[dict]) -> str:
+    """The first few of ``sources`` that no longer hash the same under ``root`` ("x changed",
+    "y gone"), or "" when none."""
+    changed = []
+    for src in sources:
+        rel = PurePosixPath(src["path"])
+        target = root.joinpath(*rel.parts)
+        if rel.is_absolute() or ".." in rel.parts:
+            changed.append(f"{src['path']} not in the project")
+        elif not target.is_file():
+            changed.append(f"{src['path']} gone")
+        elif files.sha256_file(target) != src["sha256"]:
+            changed.append(f"{src['path']} changed")
+    more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+    return ", ".join(changed[:3]) + more
 
 
 @dataclass(frozen=True)
@@ -312,6 +363,9 @@ class Built:
     bytes: int
     #: "cache" (found) or "built" (rebuilt by this call).
     source: str
+    #: The repository files the build read, ``[{"path", "sha256"}]`` (gates.trace): what the
+    #: artifact is a function of. A cache entry is served only while they hash the same.
+    build_sources: tuple[dict, ...] = ()
 
 
 def _stderr(line: str) -> None:
@@ -325,10 +379,10 @@ def obtain(root: Path, recipe: Recipe, want: str | None = None, log: Log = _stde
     digest with ``want``."""
     cache = cache_dir(root)
     if want:
-        hit = cached(cache, want, recipe, log)
+        hit = cached(cache, want, recipe, root, log)
         if hit is not None:
-            log(f"gates: using cached artifact {hit}")
-            return Built(hit, want, digest(hit, recipe)[1], "cache")
+            log(f"gates: using cached artifact {hit[0]}")
+            return Built(hit[0], want, digest(hit[0], recipe)[1], "cache", hit[1])
     recipe_key = key(recipe, root)
     index = cache / INDEX_DIR / recipe_key
     # One build per recipe at a time: gates checked side by side (gates.checkrun) that need
@@ -341,10 +395,10 @@ def obtain(root: Path, recipe: Recipe, want: str | None = None, log: Log = _stde
         holder=f"another build of {' '.join(recipe.command)}",
     ):
         last = _read_index(index, log)
-        hit = cached(cache, last, recipe, log) if last else None
+        hit = cached(cache, last, recipe, root, log) if last else None
         if hit is not None:
-            log(f"gates: using cached artifact {hit} (built earlier from this recipe)")
-            return Built(hit, last, digest(hit, recipe)[1], "cache")
+            log(f"gates: using cached artifact {hit[0]} (built earlier from this code)")
+            return Built(hit[0], last, digest(hit[0], recipe)[1], "cache", hit[1])
         built = build(root, recipe, cache, log)
         _replace_unless_directory(cache / INDEX_DIR, log)
         atomic_write_text(index, built.sha256 + "\n")
@@ -426,10 +480,26 @@ def _remove_entry(target: Path) -> None:
         os.unlink(target)
 
 
+def _run_build(
+    recipe: Recipe, out: Path, root: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        _argv(recipe, out),
+        cwd=root,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=recipe.timeout_s,
+        check=False,
+    )
+
+
 def build(root: Path, recipe: Recipe, cache: Path, log: Log = _stderr) -> Built:
-    """Run the recipe into a temporary directory in ``cache``, digest the artifact and
-    rename it to ``cache/<digest>/<name>``; refuse (nothing cached) when the command fails
-    or does not write the artifact."""
+    """Run the recipe into a temporary directory in ``cache``, traced (gates.trace: the
+    repository files it reads, and the recipe's declared inputs, are its build sources),
+    digest the artifact and rename it with its build record to ``cache/<digest>/``; refuse
+    (nothing cached) when the command fails or does not write the artifact."""
     cache.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=cache))
     try:
@@ -440,17 +510,10 @@ def build(root: Path, recipe: Recipe, cache: Path, log: Log = _stderr) -> Built:
         env |= {k: v.replace("{scratch}", str(scratch)) for k, v in recipe.env.items()}
         shown = " ".join(recipe.command)
         log(f"gates: building the artifact: {shown}  (in {root}, output {out})")
+        traced = trace.recording(root, detached=True)
         try:
-            done = subprocess.run(
-                _argv(recipe, out),
-                cwd=root,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=recipe.timeout_s,
-                check=False,
-            )
+            with traced:
+                done = _run_build(recipe, out, root, env | traced.env)
         except subprocess.TimeoutExpired:
             raise RecipeError(f"{shown}: no result within {recipe.timeout_s:g} s") from None
         except OSError as exc:
@@ -462,19 +525,23 @@ def build(root: Path, recipe: Recipe, cache: Path, log: Log = _stderr) -> Built:
         if not os.path.lexists(artifact):
             raise RecipeError(f"{shown} exited 0 but wrote no {artifact.relative_to(work)}")
         _require_real(artifact, work, shown)
+        for declared in recipe.input_paths(root):
+            traced.add(root / declared)
+        build_sources = tuple(traced.sources())
         sha256, size = digest(artifact, recipe)
         entry = work / "entry"
         entry.mkdir()
         artifact.rename(entry / recipe.artifact_name)
+        record_text = json.dumps({"sources": list(build_sources)}, indent=1) + "\n"
+        (entry / BUILD_RECORD).write_text(record_text, encoding="utf-8")
         target = cache / sha256  # sha256 is our own hex digest: directly inside the cache
         try:
             entry.rename(target)
-        except OSError:
-            if cached(cache, sha256, recipe, log) is None:  # a broken entry: replace it
-                _remove_entry(target)
-                entry.rename(target)
+        except OSError:  # there already: a broken entry, or one built from other code
+            _remove_entry(target)
+            entry.rename(target)
         path = target / recipe.artifact_name
         log(f"gates: built {path} (sha256 {sha256[:16]}…, {size} bytes)")
-        return Built(path, sha256, size, "built")
+        return Built(path, sha256, size, "built", build_sources)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -69,10 +69,10 @@ def _print_check(result: promotion.CheckResult) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    if args.ship_blocking:
-        return cmd_check_ship_blocking(args)
+    if args.ship_blocking or args.all:
+        return cmd_check_many(args)
     if args.gate is None:
-        raise UsageError("name the GATE to check, or pass --ship-blocking")
+        raise UsageError("name the GATE to check, or pass --ship-blocking or --all")
     root, contract, gate = _target(args)
     result = promotion.check(
         root,
@@ -88,22 +88,29 @@ def cmd_check(args: argparse.Namespace) -> int:
     return exit_codes.OK if result.verdict in ("PASS", "PARTIAL") else exit_codes.FINDINGS
 
 
-def cmd_check_ship_blocking(args: argparse.Namespace) -> int:
-    """`gates check --ship-blocking`: re-measure every ship-blocking gate (what CI runs at
-    HEAD), each in a fresh `gates check` process, ``--jobs`` at a time with timed gates alone
-    (gates.checkrun), writing nothing; fails unless every one is PASS. A missing artifact is
-    rebuilt from its recipe into the cache (gates.recipes)."""
+def cmd_check_many(args: argparse.Namespace) -> int:
+    """`gates check --ship-blocking` (every ship-blocking gate) or `--all` (every PASS/PARTIAL
+    gate): re-measure each in a fresh `gates check` process, ``--jobs`` at a time with timed
+    gates alone (gates.checkrun), writing nothing; fails unless each one's verdict is the
+    status its contract records (PASS; PARTIAL for a PARTIAL gate). A missing artifact is
+    rebuilt from its recipe into the cache (gates.recipes). CI runs it at HEAD."""
+    flag = "--ship-blocking" if args.ship_blocking else "--all"
+    if args.ship_blocking and args.all:
+        raise UsageError("--ship-blocking or --all, not both")
     if args.gate is not None or args.artifact or args.out:
-        raise UsageError("--ship-blocking checks every such gate: drop GATE, --artifact, --out")
+        raise UsageError(f"{flag} checks every such gate: drop GATE, --artifact, --out")
     contracts = valid_contracts(args, "gates", remeasuring=True)
     jobs = []
+    expected: dict[str, str] = {}
     for c in contracts:
         for g in c.gates:
-            if g.ship_blocking:
+            chosen = g.ship_blocking if args.ship_blocking else g.status in ("PASS", "PARTIAL")
+            if chosen:
                 measurer = measure.lookup(g.id, args.root or find_root(c.path))
                 timed = measurer is not None and measurer.timed
                 builds = measurer is not None and measurer.recipe is not None
                 jobs.append(checkrun.Job(g.id, c.path, timed=timed, builds=builds))
+                expected[g.id] = "PARTIAL" if g.status == "PARTIAL" else "PASS"
 
     def report(outcome: checkrun.Outcome) -> None:
         print(f"== gates check {outcome.gate_id} ({outcome.seconds:.1f} s)", flush=True)
@@ -124,12 +131,13 @@ def cmd_check_ship_blocking(args: argparse.Namespace) -> int:
             f"{r.gate_id:<28} {r.verdict:<10} {r.seconds:>8.1f}"
             + ("  (alone)" if r.gate_id in timed else "")
         )
-    failed = [r.gate_id for r in results if r.verdict != "PASS"]
+    failed = [r.gate_id for r in results if r.verdict != expected[r.gate_id]]
     total = sum(r.seconds for r in results)
+    which = "ship-blocking gates" if args.ship_blocking else "gates"
     print(
-        f"ship-blocking gates re-measured: {len(results) - len(failed)} of {len(results)} PASS "
+        f"{which} re-measured: {len(results) - len(failed)} of {len(results)} as recorded "
         f"in {wall:.0f} s ({total:.0f} s of runs, {args.jobs} at a time, timed gates alone)"
-        + (f"; not PASS: {', '.join(failed)}" if failed else "")
+        + (f"; not as recorded: {', '.join(failed)}" if failed else "")
     )
     return exit_codes.FINDINGS if failed else exit_codes.OK
 
@@ -226,12 +234,18 @@ def add_parsers(sub: argparse._SubParsersAction, add_contract_arguments) -> None
         "process; fails unless all PASS (CI runs this at HEAD)",
     )
     p.add_argument(
+        "--all",
+        action="store_true",
+        help="instead of one GATE: re-measure every PASS/PARTIAL gate, each in its own "
+        "process; fails unless each gets the verdict its contract records",
+    )
+    p.add_argument(
         "--jobs",
         type=positive_int,
         default=os.cpu_count() or 1,
         metavar="N",
-        help="with --ship-blocking: gates at a time (default: the CPUs, %(default)s here); a "
-        "timed gate always runs alone",
+        help="with --ship-blocking or --all: gates at a time (default: the CPUs, %(default)s "
+        "here); a timed gate always runs alone",
     )
     add_contract_arguments(p, flag=True)
     p.set_defaults(run=cmd_check)

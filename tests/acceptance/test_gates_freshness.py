@@ -221,8 +221,25 @@ def test_check_ship_blocking_re_measures_each_and_writes_nothing(project: Path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "== gates check GATE-WIDGET-001" in proc.stdout
     assert "GATE-WIDGET-002" not in proc.stdout
-    assert "re-measured: 1 of 1 PASS" in proc.stdout
+    assert "re-measured: 1 of 1 as recorded" in proc.stdout
     assert tree() == before
+
+
+def test_check_all_re_measures_every_promoted_gate_and_only_those(project: Path):
+    """`--all`: every PASS/PARTIAL gate, whether ship-blocking or not; a PENDING one (here
+    GATE-WIDGET-002) has nothing recorded to re-measure."""
+    commit(project, "the promotion")
+    proc = run(project, "gates", "check", "--all", "--files", str(CONTRACT))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "== gates check GATE-WIDGET-001" in proc.stdout
+    assert "GATE-WIDGET-002" not in proc.stdout
+    assert "gates re-measured: 1 of 1 as recorded" in proc.stdout
+    (project / "data" / "lines.txt").write_text(lines(2))
+    commit(project, "too few lines")
+    failed = run(project, "gates", "check", "--all", "--files", str(CONTRACT))
+    assert failed.returncode == 1 and "not as recorded: GATE-WIDGET-001" in failed.stdout
+    both = run(project, "gates", "check", "--all", "--ship-blocking", "--files", str(CONTRACT))
+    assert both.returncode == 2 and "not both" in both.stderr
 
 
 def test_check_ship_blocking_fails_when_one_does_not_pass(project: Path):
@@ -230,7 +247,8 @@ def test_check_ship_blocking_fails_when_one_does_not_pass(project: Path):
     commit(project, "too few lines")
     proc = run(project, "gates", "check", "--ship-blocking", "--files", str(CONTRACT))
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "0 of 1 PASS" in proc.stdout and "not PASS: GATE-WIDGET-001" in proc.stdout
+    assert "0 of 1 as recorded" in proc.stdout
+    assert "not as recorded: GATE-WIDGET-001" in proc.stdout
 
 
 def test_forged_evidence_does_not_stop_the_re_measurement_that_fixes_it(project: Path):

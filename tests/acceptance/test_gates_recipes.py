@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gates import evidence, measure, promotion, recipes
+from gates import evidence, freshness, measure, promotion, recipes
 from gates.validate import validate
 from tests.acceptance import widget_project
 
@@ -31,7 +31,8 @@ if os.environ.get("WIDGET_FAIL"):
     print("widget recipe: no widgets today", file=sys.stderr)
     sys.exit(3)
 n = int(os.environ.get("WIDGET_LINES", "5"))
-Path(sys.argv[1]).write_text("".join(f"line {i}\\n" for i in range(n)))
+style = Path("widget_style.txt").read_text().strip()  # code the build reads, not an input
+Path(sys.argv[1]).write_text("".join(f"{style} {i}\\n" for i in range(n)))
 """
 RECIPE = recipes.Recipe(command=("python", "make_widget.py", "{out}"), seed=7, name="widget.txt")
 
@@ -42,7 +43,8 @@ def project(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
     root.mkdir()
     contract = widget_project.build(root)
     (root / "make_widget.py").write_text(MAKE_WIDGET)
-    widget_project.git(root, "add", "make_widget.py")
+    (root / "widget_style.txt").write_text("line\n")
+    widget_project.git(root, "add", "make_widget.py", "widget_style.txt")
     widget_project.git(root, "-c", "user.name=t", "-c", "user.email=t@t.invalid",
                        "commit", "-qm", "recipe")  # fmt: skip
     spec = importlib.util.spec_from_file_location(
@@ -109,6 +111,50 @@ def test_gates_checked_side_by_side_share_one_build(project, monkeypatch):
     assert builds(root) == 1, "each waiter built the artifact again"
     assert sorted(b.source for b in built) == ["built", "cache"]
     assert built[0].sha256 == built[1].sha256
+
+
+def test_a_build_records_every_file_it_read_and_the_evidence_carries_them(project):
+    root, contract = project
+    result = promotion.promote(root, contract, GATE, [], command=["gates", "promote", GATE])
+    (entry,) = result.evidence["artifacts"]
+    assert [s["path"] for s in entry["build_sources"]] == ["make_widget.py", "widget_style.txt"]
+    assert entry["build_sources"][1]["sha256"] == evidence.sha256_of(root / "widget_style.txt")[0]
+    assert evidence.schema_errors(result.evidence) == []
+    assert freshness.stale_sources(root, result.evidence) == []
+
+
+def test_a_warm_cache_built_from_other_code_is_rebuilt_not_served(project):
+    """A one-line change in a file the build read (not a declared input, so the recipe key is
+    the same): the cached artifact is another function's output and is built again."""
+    root, _ = project
+    notes: list[str] = []
+    assert _obtain(root, notes).source == "built" and builds(root) == 1
+    assert _obtain(root, notes).source == "cache" and builds(root) == 1, "unchanged: served"
+    (root / "widget_style.txt").write_text("row\n")
+    again = _obtain(root, notes)
+    assert again.source == "built" and builds(root) == 2
+    assert any("built from other code (widget_style.txt changed)" in n for n in notes), notes
+    assert again.path.read_text().startswith("row 0"), "measured: what this code builds"
+
+
+def test_editing_the_code_an_artifact_was_built_from_makes_its_evidence_stale(project):
+    root, contract = project
+    result = promotion.promote(root, contract, GATE, [], command=["gates", "promote", GATE])
+    assert freshness.stale_sources(root, result.evidence) == []
+    (root / "widget_style.txt").write_text("row\n")
+    assert freshness.stale_sources(root, result.evidence) == [
+        ("widget_style.txt", "changed (read by the build of artifact widget.txt)")
+    ]
+
+
+def test_a_cache_entry_without_a_build_record_is_rebuilt(project):
+    root, _ = project
+    notes: list[str] = []
+    first = _obtain(root, notes)
+    (first.path.parent / recipes.BUILD_RECORD).unlink()  # as an older gates left its entries
+    again = _obtain(root, notes)
+    assert again.source == "built" and builds(root) == 2
+    assert any("records no build sources" in n for n in notes), notes
 
 
 def test_a_promotion_with_no_evidence_builds_and_the_next_check_uses_the_recorded_digest(

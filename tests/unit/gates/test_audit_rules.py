@@ -30,7 +30,13 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def write_audit(root: Path, *, survived: str | None = None, drop: str | None = None) -> None:
+def write_audit(
+    root: Path,
+    *,
+    survived: str | None = None,
+    drop: str | None = None,
+    row_sources: list[int] | None = None,
+) -> None:
     sources = [{"path": TEST_FILE, "sha256": sha256_file(root / TEST_FILE)}]
     rows = []
     for test, node, mutant in RUNS:
@@ -52,7 +58,7 @@ def write_audit(root: Path, *, survived: str | None = None, drop: str | None = N
                     if m is None
                     else ("killed" if outcome == "failed" else "survived"),
                     "seconds": 0.5,
-                    "sources": [0],
+                    "sources": [0] if row_sources is None else row_sources,
                 }
             )
     mutant_rows = [r for r in rows if r["mutant"]]
@@ -100,6 +106,14 @@ def test_a_changed_source_makes_the_audit_stale_and_reverting_makes_it_fresh(pro
     assert len(stale) == 2  # one per audited test that read it
     test_file.write_bytes(original)
     assert findings(project) == []
+
+
+def test_rows_that_record_no_sources_are_stale(project):
+    """An empty list vouches for nothing, as no list does (issue 33)."""
+    write_audit(project, row_sources=[])
+    stale = findings(project)
+    assert stale and {rule for rule, _, _ in stale} == {"AUDIT-STALE"}
+    assert all("records no sources" in message for _, _, message in stale)
 
 
 def test_a_mutant_without_a_row_is_stale(project):

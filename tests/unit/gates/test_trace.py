@@ -235,6 +235,8 @@ def test_stale_sources_names_changed_and_gone_files_and_evidence_without_sources
     assert freshness.stale_sources(repo, ev) == []
 
     assert freshness.stale_sources(repo, evidence_with(None)) == [("", freshness.NO_SOURCES)]
+    # An empty list says no more than none: nothing vouches for it being fresh (issue 33).
+    assert freshness.stale_sources(repo, evidence_with([])) == [("", freshness.NO_SOURCES)]
     outside = evidence_with([{"path": "../escape.txt", "sha256": "0" * 64}])
     assert freshness.stale_sources(repo, outside) == [
         ("../escape.txt", "not a path in the project")

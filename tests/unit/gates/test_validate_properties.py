@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import hashlib
 import json
 import tempfile
 from dataclasses import dataclass
@@ -218,8 +219,13 @@ def evidence_for(contract_id: str, version: str, gate_id: str, refs: list[str]) 
         "verdict": "PASS",
         "tests": [{"id": r, "node": "tests/test_generated.py", "outcome": "passed"} for r in refs],
         "artifacts": [],
-        "sources": [],  # read nothing of the project, so fresh whatever changes
+        # the bound tests' file as written below: fresh (an empty list would be stale)
+        "sources": [{"path": "tests/test_generated.py", "sha256": _sha256(TEST_FILE)}],
     }
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 TEST_FILE = "import pytest\n\n" + "".join(

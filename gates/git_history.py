@@ -18,6 +18,8 @@ Tests: .venv/bin/pytest tests/unit/gates/test_git_history.py
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import subprocess
@@ -36,6 +38,9 @@ class CommitIndex:
         self.root = root
         self._usable: bool | None = None  # None: not asked yet
         self._known: dict[str, bool] = {}
+        #: (commit, path) -> sha256 of the file there, "" when there is none
+        self._blobs: dict[tuple[str, str], str] = {}
+        self._scanned_sources: set[tuple[str, str]] | None = None
 
     def exists(self, sha: str) -> bool | None:
         """Whether ``sha`` names a commit of the history; None when that cannot be told."""
@@ -94,3 +99,72 @@ class CommitIndex:
         lines = out.splitlines()
         for sha, line in zip(ordered, lines, strict=False):
             self._known[sha] = line.split()[-1:] == ["commit"]
+
+    # --- file contents at a commit ------------------------------------------------------
+
+    def file_sha256(self, sha: str, path: str) -> str | None:
+        """sha256 of the file at repository-relative ``path`` (from the project root) in
+        commit ``sha``; "" when that commit holds no such file; None when it cannot be told
+        (no usable git, the commit unknown, a path no query can name)."""
+        if self.exists(sha) is not True or "\n" in path or not path:
+            return None
+        key = (sha, path)
+        if key not in self._blobs:
+            wanted = {key} | ({k for k in self._scan_sources() if k not in self._blobs})
+            self._fetch_blobs(wanted)
+        return self._blobs.get(key)
+
+    def _scan_sources(self) -> set[tuple[str, str]]:
+        """Every (commit, source path) the evidence under ``<root>/evidence`` records: asked
+        of git at once, so pv costs one more git process, not one per gate."""
+        if self._scanned_sources is not None:
+            return self._scanned_sources
+        found: set[tuple[str, str]] = set()
+        for top, _, names in os.walk(self.root / "evidence"):
+            for name in sorted(n for n in names if n.endswith(".json")):
+                try:
+                    record = json.loads(files.read_regular(Path(top) / name, _SCAN_LIMIT))
+                    sha = record["git"]["commit"]
+                    listed = list(record.get("sources") or [])
+                    for artifact in record.get("artifacts") or []:
+                        listed += artifact.get("build_sources") or []
+                    found |= {(sha, s["path"]) for s in listed if isinstance(s.get("path"), str)}
+                except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                    continue  # not evidence of ours: pv reports it elsewhere
+        self._scanned_sources = {(s, p) for s, p in found if isinstance(s, str) and p}
+        return self._scanned_sources
+
+    def _fetch_blobs(self, wanted: set[tuple[str, str]]) -> None:
+        """One ``git cat-file --batch`` for every (commit, path) of ``wanted``."""
+        ordered = sorted(
+            (s, p) for s, p in wanted if re.fullmatch(r"[0-9a-f]{40}", s) and "\n" not in p
+        )
+        if not ordered:
+            return
+        query = "".join(f"{s}:./{p}\n" for s, p in ordered).encode()
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(self.root), "cat-file", "--batch"],
+                input=query,
+                capture_output=True,
+                timeout=_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return
+        if done.returncode != 0:
+            return
+        out, at = done.stdout, 0
+        for key in ordered:
+            end = out.index(b"\n", at)
+            header = out[at:end].split()
+            at = end + 1
+            if len(header) == 3 and header[1] == b"blob":  # "<oid> blob <size>", the bytes, \n
+                size = int(header[2])
+                self._blobs[key] = hashlib.sha256(out[at : at + size]).hexdigest()
+                at += size + 1
+            elif len(header) == 3:  # a tree or another object: no file there
+                self._blobs[key] = ""
+                at += int(header[2]) + 1
+            else:  # "<query> missing" (the path is not in that commit)
+                self._blobs[key] = ""

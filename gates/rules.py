@@ -241,6 +241,13 @@ RULES: dict[str, Rule] = {
             "re-measure at a commit of this repository with `gates promote`",
         ),
         Rule(
+            "EVIDENCE-NOT-AT-COMMIT",
+            _E,
+            "evidence recorded over a clean tree lists a source that the recorded commit does "
+            "not hold as hashed (pointed at another commit, or dirty: false over changes)",
+            "re-measure with `gates promote` at a clean checkout of the commit it records",
+        ),
+        Rule(
             "EVIDENCE-ARTIFACT-MISSING",
             _E,
             "an artifact evidence names by path is not under the project root and has no recipe",

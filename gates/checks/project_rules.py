@@ -186,6 +186,7 @@ def _evidence_honesty(
     yield from evidence_tests_passed(c, gate, ev, where)
     yield from evidence_dirty_overridden(gate, ev, where)
     yield from evidence_commit_known(gate, ev, where, commits)
+    yield from evidence_sources_at_commit(gate, ev, where, commits)
     yield from evidence_artifacts_exist(gate, ev, where, root)
     yield from evidence_machine_paths(gate, ev, where)
 
@@ -241,6 +242,43 @@ def evidence_commit_known(
             "EVIDENCE-COMMIT-UNKNOWN",
             where,
             f"{gate.evidence}: git.commit {sha} is not a commit of this repository",
+            at_key=False,
+        )
+
+
+def evidence_sources_at_commit(
+    gate: Gate, ev: dict, where: tuple, commits: CommitIndex
+) -> Iterator[Issue]:
+    """EVIDENCE-NOT-AT-COMMIT: PASS/PARTIAL evidence measured over a clean tree (``dirty:
+    false``) at ``git.commit`` read exactly the files that commit holds, so every recorded
+    source (and every artifact's build source) hashes as that file does in that commit
+    (gates.git_history, one batched git call for all evidence). It catches evidence pointed
+    at another real commit and ``dirty: false`` recorded over changes. Evidence taken over a
+    dirty tree says so (EVIDENCE-DIRTY wants its reason) and is not compared. Not checked
+    where git cannot tell (no git, no work tree, a shallow clone, an unknown commit)."""
+    if ev["verdict"] not in ("PASS", "PARTIAL") or ev["git"].get("dirty") is not False:
+        return
+    sha = ev["git"]["commit"]
+    listed = [(s["path"], s["sha256"]) for s in ev.get("sources") or []]
+    listed += [
+        (s["path"], s["sha256"])
+        for artifact in ev.get("artifacts") or []
+        for s in artifact.get("build_sources") or []
+    ]
+    differ = []
+    for path, recorded in dict.fromkeys(listed):
+        at_commit = commits.file_sha256(sha, path)
+        if at_commit is None:
+            continue  # cannot tell
+        if at_commit != recorded:
+            differ.append(f"{path} ({'not in that commit' if at_commit == '' else 'differs'})")
+    if differ:
+        more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+        yield Issue(
+            "EVIDENCE-NOT-AT-COMMIT",
+            where,
+            f"{gate.evidence}: measured at commit {sha[:12]} over a clean tree, yet "
+            f"{', '.join(differ[:3])}{more}: it was not measured at that commit",
             at_key=False,
         )
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gates.checks import project_rules
+from gates.files import sha256_file
 from gates.git_history import CommitIndex
 from gates.validate import validate
 from tests.fixture_cases import FIXTURE_TODAY
@@ -82,6 +83,42 @@ def test_dirty_evidence_needs_an_override_with_a_reason(override, found):
 def test_a_commit_not_in_the_history_is_reported():
     ev = forged(lambda ev: ev["git"].update(commit="0" * 40))
     assert rules(ev) == ["EVIDENCE-COMMIT-UNKNOWN"]
+
+
+MUTANTS_FILE = "tests/mutants/demo.py"  # in the fixture now, not in the recorded commit
+
+
+def _mutants_source() -> dict:
+    return {"path": MUTANTS_FILE, "sha256": sha256_file(ROOT / MUTANTS_FILE)}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda ev: ev["sources"][0].update(sha256="ab" * 32),  # not what the commit holds
+        lambda ev: ev["sources"].append(_mutants_source()),  # a file the commit lacks
+        lambda ev: ev.update(  # an artifact built from code the commit lacks
+            artifacts=[
+                {
+                    "name": "a",
+                    "sha256": "ab" * 32,
+                    "bytes": 1,
+                    "recipe": {"command": ["x"]},
+                    "build_sources": [_mutants_source()],
+                }
+            ]
+        ),
+    ],
+    ids=["other-content", "not-in-commit", "build-source"],
+)
+def test_clean_evidence_must_have_read_what_its_commit_holds(change):
+    assert rules(forged(change)) == ["EVIDENCE-NOT-AT-COMMIT"]
+    # Measured over a dirty tree (and saying why): not compared with the commit.
+    said_why = {"dirty": True, "dirty_override": {"reason": "why"}}
+    dirty = forged(lambda ev: (change(ev), ev["git"].update(said_why)))
+    assert rules(dirty) == []
+    # FAIL evidence asserts nothing about the code it ran on.
+    assert rules(forged(lambda ev: (change(ev), ev.update(verdict="FAIL")))) == []
 
 
 def test_an_artifact_must_exist_under_the_root_unless_a_recipe_rebuilds_it(tmp_path: Path):

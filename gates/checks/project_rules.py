@@ -163,6 +163,11 @@ def evidence_mismatches(c: Contract, gate: Gate, ev: dict, where: tuple) -> Iter
             f"covers {sorted(ev['falsification_tests'])}, the gate rests on "
             f"{sorted(gate.falsification_tests)}"
         )
+    for run in ev.get("tests") or []:
+        bound = c.test(run.get("id", ""))
+        if bound is not None and bound.test and run.get("node") != bound.test:
+            # a node the contract does not bind (renamed, or run from another contract)
+            yield mismatch(f"ran {run.get('node')} for {run['id']}, which is bound to {bound.test}")
     for t in gate.thresholds:
         measured = ev["measurements"].get(t.metric)
         if measured is None:

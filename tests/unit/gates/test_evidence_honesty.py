@@ -144,3 +144,15 @@ def test_many_absolute_paths_are_named_a_few_at_a_time():
     issues = list(project_rules.evidence_machine_paths(GATE, ev, ()))
     assert len(issues) == 3
     assert issues[-1].message.endswith("(and 7 more)")
+
+
+def test_a_recorded_test_node_must_be_the_one_the_contract_binds():
+    where = (*GATE.where, "evidence")
+
+    def mismatches(ev: dict) -> list[str]:
+        return [i.message for i in project_rules.evidence_mismatches(CONTRACT, GATE, ev, where)]
+
+    assert mismatches(EVIDENCE) == []
+    renamed = forged(lambda ev: ev["tests"][0].update(node="tests/test_demo.py::test_gone"))
+    [message] = mismatches(renamed)
+    assert "ran tests/test_demo.py::test_gone for FALSIFY-DEMO-001" in message

@@ -217,11 +217,16 @@ def evidence_for(contract_id: str, version: str, gate_id: str, refs: list[str]) 
         "measurements": {"mismatches": {"value": 0, "unit": "merges"}},
         "threshold": dict(THRESHOLD),
         "verdict": "PASS",
-        "tests": [{"id": r, "node": "tests/test_generated.py", "outcome": "passed"} for r in refs],
+        "tests": [{"id": r, "node": _node(r), "outcome": "passed"} for r in refs],
         "artifacts": [],
         # the bound tests' file as written below: fresh (an empty list would be stale)
         "sources": [{"path": "tests/test_generated.py", "sha256": _sha256(TEST_FILE)}],
     }
+
+
+def _node(ref: str) -> str:
+    """The node FALSIFY-<STEM>-<k+1> is bound to (as generated above)."""
+    return f"tests/test_generated.py::test_case_{int(ref.rsplit('-', 1)[1]) - 1}"
 
 
 def _sha256(text: str) -> str:

@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from gates import __version__
-from gates.cli import pv_init, pv_rules, pv_status, pv_validate
+from gates.cli import pv_diff, pv_init, pv_rules, pv_status, pv_validate
 from gates.cli.common import run_guarded
 
 
@@ -18,7 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"pv {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (pv_validate, pv_status, pv_rules, pv_init):
+    for module in (pv_validate, pv_status, pv_diff, pv_rules, pv_init):
         module.add_parser(sub)
     for p in sub.choices.values():  # --debug also after the subcommand
         p.add_argument(

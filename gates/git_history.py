@@ -19,13 +19,12 @@ Tests: .venv/bin/pytest tests/unit/gates/test_git_history.py
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import subprocess
 from pathlib import Path
 
-from gates import files
+from gates import files, jsonfile
 
 _COMMIT = re.compile(r'"commit"\s*:\s*"([0-9a-f]{40})"')
 #: Evidence files are kilobytes; a larger one is not scanned here (pv reports it).
@@ -123,13 +122,13 @@ class CommitIndex:
         for top, _, names in os.walk(self.root / "evidence"):
             for name in sorted(n for n in names if n.endswith(".json")):
                 try:
-                    record = json.loads(files.read_regular(Path(top) / name, _SCAN_LIMIT))
+                    record = jsonfile.read_json(Path(top) / name, _SCAN_LIMIT)
                     sha = record["git"]["commit"]
                     listed = list(record.get("sources") or [])
                     for artifact in record.get("artifacts") or []:
                         listed += artifact.get("build_sources") or []
                     found |= {(sha, s["path"]) for s in listed if isinstance(s.get("path"), str)}
-                except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                except (OSError, jsonfile.JsonFileError, KeyError, TypeError, AttributeError):
                     continue  # not evidence of ours: pv reports it elsewhere
         self._scanned_sources = {(s, p) for s, p in found if isinstance(s, str) and p}
         return self._scanned_sources

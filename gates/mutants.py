@@ -27,15 +27,28 @@ ENV_VAR = "SHIPGATE_MUTANT"
 
 MutantFn = Callable[..., None]
 REGISTRY: dict[str, MutantFn] = {}
+#: mutant id → the exception types whose raising is the test's detection of it (a refusal).
+REFUSALS: dict[str, tuple[type[BaseException], ...]] = {}
 
 
-def mutant(mutant_id: str) -> Callable[[MutantFn], MutantFn]:
-    """Register the decorated function as the implementation of ``mutant_id``."""
+def mutant(
+    mutant_id: str, *, refused_with: tuple[type[BaseException], ...] = ()
+) -> Callable[[MutantFn], MutantFn]:
+    """Register the decorated function as the implementation of ``mutant_id``.
+
+    A test kills a mutant when one of its assertions fails (gates.testrun.is_assertion); an
+    exception is a crash, and so is ``pytest.fail`` called while handling one (a test helper
+    turning any error into a failure). ``refused_with``: the exception types whose raising IS
+    the detection of this bug — the code refusing the bad state the mutant makes (a digest
+    mismatch refused with CheckpointError) — so that one, raised or turned into pytest.fail,
+    counts as a kill. Say it only where refusing is the tested behaviour."""
 
     def register(fn: MutantFn) -> MutantFn:
         if mutant_id in REGISTRY and REGISTRY[mutant_id] is not fn:
             raise ValueError(f"mutant {mutant_id!r} is implemented twice")
         REGISTRY[mutant_id] = fn
+        if refused_with:
+            REFUSALS[mutant_id] = tuple(refused_with)
         return fn
 
     return register

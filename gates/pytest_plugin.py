@@ -54,8 +54,10 @@ def _record(config: pytest.Config, report, excinfo) -> None:
     if path is None or not report.failed:
         return
     exc = excinfo.value if excinfo is not None else None
+    refusals = mutants.REFUSALS.get(os.environ.get(mutants.ENV_VAR, ""), ())
     try:
-        testrun.append_failure(path, testrun.failure_of(report.nodeid, report.when, exc))
+        failure = testrun.failure_of(report.nodeid, report.when, exc, refusals)
+        testrun.append_failure(path, failure)
     except OSError as error:  # a full disk: reported once, at the end (sessionfinish)
         config.stash.setdefault(_WRITE_ERROR, error)
 

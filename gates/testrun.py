@@ -80,15 +80,47 @@ class TestOutcome:
         return self.outcome == "failed" and bool(self.failures) and self.failures[0].assertion
 
 
-def is_assertion(exc: BaseException | None) -> bool:
+def is_assertion(exc: BaseException | None, refusals: tuple[type[BaseException], ...] = ()) -> bool:
     """An assertion of the test: AssertionError (``assert``, pytest.raises' match, numpy's
-    and torch's assert helpers) or pytest's Failed (``pytest.fail``, "DID NOT RAISE").
-    An exception group (Hypothesis reporting several bugs) is one when all of its are."""
+    and torch's assert helpers) or pytest's Failed (``pytest.fail``, "DID NOT RAISE") — but
+    not a Failed raised while handling another exception (a helper's ``except Exception:
+    pytest.fail(...)`` turns a crash into a failure; the crash is what happened). An
+    exception of ``refusals`` (the active mutant's ``refused_with``) is the detection, raised
+    or handled so. An exception group (Hypothesis reporting several bugs) is one when all of
+    its are."""
     import pytest  # noqa: PLC0415 - the parent process never needs pytest for this
 
     if isinstance(exc, BaseExceptionGroup):
-        return all(is_assertion(e) for e in exc.exceptions)
-    return isinstance(exc, AssertionError | pytest.fail.Exception)
+        return all(is_assertion(e, refusals) for e in exc.exceptions)
+    if refusals and isinstance(exc, refusals):
+        return True
+    if isinstance(exc, pytest.fail.Exception):
+        handled = _handled(exc)
+        caught = (AssertionError, pytest.fail.Exception, *refusals)
+        return handled is None or any(isinstance(e, caught) for e in _chain(handled))
+    return isinstance(exc, AssertionError)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it was raised from or while handling, innermost last: a library that
+    wraps every error (``raise CheckpointError(...) from exc``) keeps the test's assertion,
+    raised inside it, at the end of the chain."""
+    chain: list[BaseException] = []
+    while exc is not None and len(chain) < 32 and not any(exc is seen for seen in chain):
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return chain
+
+
+def _handled(exc: BaseException) -> BaseException | None:
+    """The exception ``exc`` was raised while handling (``__context__``), skipping pytest's
+    own control flow (a skip, an xfail), or None."""
+    import pytest  # noqa: PLC0415
+
+    context = exc.__context__
+    if isinstance(context, pytest.skip.Exception | pytest.xfail.Exception):
+        return None
+    return context
 
 
 def _type_name(exc: BaseException) -> str:
@@ -111,13 +143,31 @@ def _raised_in(exc: BaseException) -> str | None:
     return None
 
 
-def failure_of(node: str, phase: str, exc: BaseException | None) -> Failure:
-    """What the plugin records for a failing report whose exception (if any) is ``exc``."""
+def failure_of(
+    node: str,
+    phase: str,
+    exc: BaseException | None,
+    refusals: tuple[type[BaseException], ...] = (),
+) -> Failure:
+    """What the plugin records for a failing report whose exception (if any) is ``exc``;
+    ``refusals``: the active mutant's ``refused_with`` (gates.mutants)."""
     if exc is None:  # e.g. XPASS(strict): pytest failed the test without an exception
         return Failure(node, phase, None, "", False, None)
     lines = str(exc).strip().splitlines()
     message = lines[0][:_MESSAGE_CHARS] if lines else ""
-    return Failure(node, phase, _type_name(exc), message, is_assertion(exc), _raised_in(exc))
+    assertion = is_assertion(exc, refusals)
+    handled = _handled(exc) if isinstance(exc, _failed_type()) else None
+    if handled is not None and not assertion:
+        said = str(handled).strip().splitlines()
+        shown = f": {said[0]}" if said and said[0] not in message else ""
+        message = f"{message} (while handling {_type_name(handled)}{shown})"[: 2 * _MESSAGE_CHARS]
+    return Failure(node, phase, _type_name(exc), message, assertion, _raised_in(exc))
+
+
+def _failed_type() -> type[BaseException]:
+    import pytest  # noqa: PLC0415
+
+    return pytest.fail.Exception
 
 
 def append_failure(path: Path, failure: Failure) -> None:

@@ -154,14 +154,16 @@ def _saves_init(patch):
     patch.setattr(save, "_write_model", lambda model, path: real(copies[id(model)], path))
 
 
-@mutant("export-of-init-weights")
+# The exporter refuses what is not the live model's weights, naming the tensors (ExportError):
+# that refusal is how FALSIFY-TRAIN-LOOP-015's test sees these two bugs.
+@mutant("export-of-init-weights", refused_with=(export.ExportError,))
 def _exports_init(patch):
     copies = _remember_init_weights(patch)
     real = export._weights_to_export
     patch.setattr(export, "_weights_to_export", lambda model: real(copies[id(model)]))
 
 
-@mutant("export-drops-shared-tensors")
+@mutant("export-drops-shared-tensors", refused_with=(export.ExportError,))
 def _export_dedup(patch):
     real = export._weights_to_export
 

@@ -12,6 +12,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from gates.mutants import mutant
+from trainer.checkpoint.export import ExportError
 from trainer.model import config, hf, llama, vocab
 
 
@@ -186,7 +187,10 @@ def _embedding_saved_transposed(patch):
     patch.setattr(hf, "_tensors_for_file", column_major_embedding)
 
 
-@mutant("lm-head-dropped-on-save")
+# The exporter refusing the incomplete state dict (ExportError: it names the missing
+# tensors) is how FALSIFY-ARCH-370M-013 sees these two bugs: its test turns that refusal
+# into pytest.fail, which without refused_with would read as a crash.
+@mutant("lm-head-dropped-on-save", refused_with=(ExportError,))
 def _lm_head_dropped(patch):
     real = hf._tensors_for_file
 
@@ -206,6 +210,6 @@ def _tie_flag_true(patch):
     )
 
 
-@mutant("export-of-empty-state-dict")
+@mutant("export-of-empty-state-dict", refused_with=(ExportError,))
 def _empty_export(patch):
     patch.setattr(hf, "_tensors_for_file", lambda model: {})

@@ -51,6 +51,14 @@ def test_parse_qty_rejects_words():
 def test_parse_qty():
     if shop.parse_qty("3") != 3:
         pytest.fail("parse_qty('3') is not 3")
+
+
+def test_parse_qty_through_a_helper():
+    try:
+        value = shop.parse_qty("4")
+    except Exception as exc:  # a helper that turns any error into a failure
+        pytest.fail(f"parse_qty('4') raised: {exc}")
+    assert value == 4
 """
 
 MUTANTS = """\
@@ -109,6 +117,23 @@ def _(patch):
 @mutant("qty-off-by-one")                     # pytest.fail
 def _(patch):
     patch.setattr(shop, "parse_qty", lambda text: real_parse(text) + 1)
+
+
+def _raising(exc):
+    def parse_qty(text):
+        raise exc
+
+    return parse_qty
+
+
+@mutant("qty-crashes")                        # pytest.fail while handling an AttributeError:
+def _(patch):                                 # a crash turned into a failure, not a kill
+    patch.setattr(shop, "parse_qty", _raising(AttributeError("'NoneType' has no attribute")))
+
+
+@mutant("qty-refused", refused_with=(ValueError,))   # refusing IS the detection here
+def _(patch):
+    patch.setattr(shop, "parse_qty", _raising(ValueError("refused")))
 """
 
 CONTRACT = """\
@@ -123,7 +148,7 @@ metadata:
 invariants:
   - id: INV-SHOP-001
     statement: totals and quantities are right.
-    falsified_by: [FALSIFY-SHOP-001, FALSIFY-SHOP-002, FALSIFY-SHOP-003]
+    falsified_by: [FALSIFY-SHOP-001, FALSIFY-SHOP-002, FALSIFY-SHOP-003, FALSIFY-SHOP-004]
 falsification_tests:
   - id: FALSIFY-SHOP-001
     rule: a discounted total
@@ -149,10 +174,18 @@ falsification_tests:
     if_fails: quantities are wrong
     mutants:
 {parse_mutants}
+  - id: FALSIFY-SHOP-004
+    rule: a quantity parses, through a helper that fails on any error
+    prediction: "4"
+    status: bound
+    test: tests/test_shop.py::test_parse_qty_through_a_helper
+    if_fails: quantities are refused
+    mutants:
+{helper_mutants}
 gates:
   - id: GATE-SHOP-001
     rule: the shop is right
-    falsification_tests: [FALSIFY-SHOP-001, FALSIFY-SHOP-002, FALSIFY-SHOP-003]
+    falsification_tests: [FALSIFY-SHOP-001, FALSIFY-SHOP-002, FALSIFY-SHOP-003, FALSIFY-SHOP-004]
     threshold: {{metric: errors, comparator: "<=", value: 0, unit: errors}}
     ship_blocking: false
     status: PENDING
@@ -172,6 +205,7 @@ TOTAL_MUTANTS = [
 ]
 REFUSAL_MUTANTS = ["words-accepted", "words-raise-type-error"]
 PARSE_MUTANTS = ["qty-off-by-one"]
+HELPER_MUTANTS = ["qty-crashes", "qty-refused"]
 
 
 def _mutant_list(ids: list[str]) -> str:
@@ -190,6 +224,7 @@ def build_shop(root: Path) -> Path:
             total_mutants=_mutant_list(TOTAL_MUTANTS),
             refusal_mutants=_mutant_list(REFUSAL_MUTANTS),
             parse_mutants=_mutant_list(PARSE_MUTANTS),
+            helper_mutants=_mutant_list(HELPER_MUTANTS),
         ),
     }
     for relative, text in files.items():
@@ -310,6 +345,21 @@ def test_a_test_dying_of_a_type_error_is_crashed_not_killed(audited, test, mutan
     assert row["failure"]["exception"] == exception and row["failure"]["assertion"] is False
 
 
+def test_a_crash_turned_into_pytest_fail_is_crashed_not_killed(audited):
+    """A helper's ``except Exception: pytest.fail(...)`` hides the crash from pytest, not
+    from the audit: the failure was raised while handling an AttributeError."""
+    row = audited.row("FALSIFY-SHOP-004", "qty-crashes")
+    assert (row["outcome"], row["verdict"]) == ("crashed", "CRASHED")
+    assert row["failure"]["assertion"] is False and row["failure"]["exception"] == "Failed"
+    assert "while handling AttributeError" in row["failure"]["message"]
+
+
+def test_a_declared_refusal_turned_into_pytest_fail_is_a_kill(audited):
+    row = audited.row("FALSIFY-SHOP-004", "qty-refused")
+    assert (row["outcome"], row["verdict"]) == ("failed", "killed")
+    assert row["failure"]["assertion"] is True
+
+
 def test_a_replacement_that_drops_a_parameter_is_seam_broken_and_not_run(audited):
     row = audited.row("FALSIFY-SHOP-001", "total-drops-discount")
     assert (row["outcome"], row["verdict"], row["seconds"]) == ("seam-broken", "SEAM-BROKEN", 0)
@@ -338,9 +388,9 @@ def test_a_mutant_that_cannot_be_applied_is_seam_broken(audited):
 def test_crashes_and_broken_seams_fail_the_audit_and_are_printed(audited):
     assert audited.status == 1
     record = audited.record
-    assert (record["mutants"], record["killed"], record["ok"]) == (9, 4, False)
+    assert (record["mutants"], record["killed"], record["ok"]) == (11, 5, False)
     table = audited.table
-    assert "mutants killed: 4 of 9, 2 CRASHED, 3 SEAM-BROKEN; real code passes" in table
+    assert "mutants killed: 5 of 11, 3 CRASHED, 3 SEAM-BROKEN; real code passes" in table
     assert "shop.total: incompatible (the call (prices=…, discount=…) binds" in table
     assert "shop.sum_prices: missing (no such attribute)" in table
     assert "TypeError: a word (call, raised in tests.mutants.shop_mutants)" in table

@@ -323,6 +323,7 @@ def write_audit_evidence(root: Path, rows: list[AuditRow], command: list[str], o
         "git": evidence.git_info(root),
         "command": [portable(arg, root) for arg in command],
         "sources": sources,
+        "contracts": sorted({r.contract for r in rows}),
         "rows": [_row_record(r, root, index) for r in rows],
         "mutants": sum(1 for r in rows if r.mutant),
         "killed": sum(r.ok for r in rows if r.mutant),

@@ -283,6 +283,12 @@ RULES: dict[str, Rule] = {
             "make the test catch the mutant (or fix its seam), then re-run the audit",
         ),
         Rule(
+            "AUDIT-MISSING",
+            _E,
+            "the project's audit lists a contract as audited but holds no row of it",
+            "re-run the audit (`make audit`): rows are never removed by hand",
+        ),
+        Rule(
             "AUDIT-STALE",
             _W,
             "a file a test's audited runs read changed since the audit, or a bound test or "

@@ -7,8 +7,11 @@ project without an audit file gets no finding here (it has not adopted the audit
 - AUDIT-INVALID: the file is unreadable or not a valid audit.
 - AUDIT-NOT-OK: a recorded run is not what the audit requires: the real code failing its
   test, or a mutant that survived, timed out or was not viable (a runtime error).
+- AUDIT-MISSING: the audit lists a contract as audited (``contracts``) but holds no row of
+  it: its rows were removed.
 - AUDIT-STALE (warning): a file a test's runs read changed since the audit, or a bound test
-  or mutant of the contract has no row (added since).
+  or mutant of the contract has no row (added since). `pv status --require-ship-ready`
+  counts a ship-blocking gate resting on such a test as stale.
 """
 
 from __future__ import annotations
@@ -55,8 +58,17 @@ def audit_agrees(c: Contract, root: Path) -> Iterator[Issue]:
     shown = audit.AUDIT_EVIDENCE.as_posix()
     sources = record.get("sources", [])
     rows = {(r["test"], r["mutant"]): r for r in record["rows"] if r["contract"] == c.id}
-    if not rows:  # an audit of other contracts (`gates audit --contract`) says nothing here
-        return
+    if not rows:
+        if c.id in (record.get("contracts") or []):
+            # The audit says it ran this contract, yet holds no row of it: they were removed.
+            yield Issue(
+                "AUDIT-MISSING",
+                (*bound[0].where, "test"),
+                f"{shown} lists {c.id} as audited but holds no run of its {len(bound)} bound "
+                "test(s)",
+                at_key=False,
+            )
+        return  # an audit of other contracts (`gates audit --contract`) says nothing here
     commit = record["git"]["commit"][:12]
     for t in bound:
         runs = [(None, (*t.where, "test"))] + [(m.id, (*m.where, "id")) for m in t.mutants]

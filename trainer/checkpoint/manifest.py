@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
 
-from gates.files import CHUNK_BYTES, read_regular
+from gates.files import CHUNK_BYTES, open_regular, read_regular
 from trainer.checkpoint.layout import (
     FORMAT,
     FORMAT_VERSION,
@@ -88,9 +89,10 @@ def bytes_entry(data: bytes | memoryview) -> dict[str, Any]:
 
 
 def file_entry(path: Path) -> dict[str, Any]:
-    """The manifest entry of the file at ``path``, read from disk."""
+    """The manifest entry of the file at ``path``, read from disk. Only a regular file is
+    read (gates.files.open_regular: a FIFO planted in a checkpoint would never end)."""
     whole, ranges = hashlib.sha256(), RangeDigests()
-    with open(path, "rb") as fh:
+    with os.fdopen(open_regular(path), "rb") as fh:
         while chunk := fh.read(CHUNK_BYTES):
             whole.update(chunk)
             ranges.update(chunk)

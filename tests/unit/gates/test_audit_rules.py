@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gates import audit
+from gates.cli import pv_status
 from gates.files import sha256_file
 from gates.validate import validate
 
@@ -133,3 +134,16 @@ def test_an_unreadable_audit_is_invalid(project, content):
 def test_without_an_audit_file_there_is_no_audit_finding(project):
     (project / audit.AUDIT_EVIDENCE).unlink()
     assert findings(project) == []
+
+
+def test_pv_status_maps_each_audit_finding_to_the_tests_a_gate_rests_on(project):
+    """What `pv status --require-ship-ready` counts against a gate: the AUDIT-* findings
+    about the tests it rests on (here both tests read the edited file)."""
+    write_audit(project)
+    contract = validate([project / CONTRACT], root=project).contracts[0]
+    assert pv_status._audit_findings_by_test(contract, project) == {}
+    test_file = project / TEST_FILE
+    test_file.write_bytes(test_file.read_bytes() + b"\n# edited\n")
+    said = pv_status._audit_findings_by_test(contract, project)
+    assert set(said) == {"FALSIFY-AUDITED-001", "FALSIFY-AUDITED-002"}
+    assert all(v.startswith("AUDIT-STALE: ") and TEST_FILE in v for v in said.values())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import threading
 import types
@@ -189,3 +190,11 @@ def test_the_ranges_of_one_file_are_hashed_on_several_threads_at_once(tmp_path, 
         verify.FileVerdict("file", True, "ok", len(path.read_bytes()), None)
     ]
     assert len(alone) <= 1, f"{len(alone)} ranges were hashed with no other one in flight"
+
+
+def test_a_file_entry_reads_only_a_regular_file(tmp_path):
+    """A FIFO where a checkpoint file should be would hang a reader forever: refused at once."""
+    fifo = tmp_path / "model.safetensors"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError):
+        manifest.file_entry(fifo)

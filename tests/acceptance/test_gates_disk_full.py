@@ -46,13 +46,6 @@ MEASUREMENT = widget_project.MEASUREMENT.replace(
 )
 
 
-def _commit(root: Path, message: str) -> None:
-    widget_project.git(root, "add", "-A")
-    widget_project.git(
-        root, "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-qm", message
-    )
-
-
 def _promote(root: Path, artifact: Path, limit: int | None) -> subprocess.CompletedProcess:
     def size_limited() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -81,10 +74,10 @@ def promoted(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (root / "data" / f"part-{i:03d}.txt").write_text(f"{i}\n")
     (root / "runs").mkdir()
     (root / "runs" / "lines.txt").write_text("a\nb\nc\n")
-    _commit(root, "a measurement that reads tracked data")
+    widget_project.commit_all(root, "a measurement that reads tracked data")
     proc = _promote(root, root / "runs" / "lines.txt", limit=None)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    _commit(root, "promoted")
+    widget_project.commit_all(root, "promoted")
     time.sleep(1.1)  # then a status that leaves git an index it never rewrites (not racy)
     subprocess.run(
         ["git", "-C", str(root), "status", "--porcelain"], check=True, capture_output=True
@@ -211,10 +204,10 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "data").mkdir()
     for i in range(2 * (HOOK_BYTES // line + 1)):
         (root / "data" / f"part-{i:03d}.txt").write_text(f"{i}\n")
-    _commit(root, "a bound test that reads tracked data")
+    widget_project.commit_all(root, "a bound test that reads tracked data")
     proc = _audit(root, limit=None)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    _commit(root, "audited")
+    widget_project.commit_all(root, "audited")
     time.sleep(1.1)  # then a status that leaves git an index it never rewrites (not racy)
     subprocess.run(
         ["git", "-C", str(root), "status", "--porcelain"], check=True, capture_output=True

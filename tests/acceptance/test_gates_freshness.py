@@ -54,13 +54,6 @@ def run(root: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def commit(root: Path, message: str) -> None:
-    widget_project.git(root, "add", "-A")
-    widget_project.git(
-        root, "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-qm", message
-    )
-
-
 def lines(n: int) -> str:
     return "".join(f"line {i}\n" for i in range(n))
 
@@ -91,7 +84,7 @@ def promoted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "data").mkdir()
     (root / "data" / "lines.txt").write_text(lines(5))
     (root / "unread.txt").write_text("tracked, and read by nothing the gate runs\n")
-    commit(root, "a measurement that reads data through a child")
+    widget_project.commit_all(root, "a measurement that reads data through a child")
     proc = run(root, "gates", "promote", "GATE-WIDGET-001", "--files", str(CONTRACT))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return root
@@ -165,7 +158,7 @@ def test_a_source_read_only_by_a_child_of_the_measurement_is_gone_then_stale(pro
 
 def test_promote_stale_refreshes_every_stale_gate(project: Path):
     (project / "data" / "lines.txt").write_text(lines(6))
-    commit(project, "one more line")
+    widget_project.commit_all(project, "one more line")
     assert "data/lines.txt changed" in run(project, "pv", "validate", str(CONTRACT)).stdout
 
     dry = run(project, "gates", "promote", "--stale", "--dry-run")
@@ -189,7 +182,7 @@ def test_promote_stale_refreshes_every_stale_gate(project: Path):
 
 def test_promote_stale_fails_naming_a_gate_that_no_longer_passes(project: Path):
     (project / "data" / "lines.txt").write_text(lines(2))
-    commit(project, "too few lines")
+    widget_project.commit_all(project, "too few lines")
     before = (project / EVIDENCE).read_text()
     proc = run(project, "gates", "promote", "--stale")
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -205,7 +198,7 @@ def test_promote_needs_a_gate_or_stale(project: Path):
 def test_check_ship_blocking_re_measures_each_and_writes_nothing(project: Path):
     """What CI runs at HEAD: the ship-blocking gate only (GATE-WIDGET-002 needs an artifact
     nobody gave: checking it would be refused), a verdict table, nothing changed."""
-    commit(project, "the promotion")
+    widget_project.commit_all(project, "the promotion")
 
     def tree() -> tuple[str, dict]:
         status = subprocess.run(
@@ -228,14 +221,14 @@ def test_check_ship_blocking_re_measures_each_and_writes_nothing(project: Path):
 def test_check_all_re_measures_every_promoted_gate_and_only_those(project: Path):
     """`--all`: every PASS/PARTIAL gate, whether ship-blocking or not; a PENDING one (here
     GATE-WIDGET-002) has nothing recorded to re-measure."""
-    commit(project, "the promotion")
+    widget_project.commit_all(project, "the promotion")
     proc = run(project, "gates", "check", "--all", "--files", str(CONTRACT))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "== gates check GATE-WIDGET-001" in proc.stdout
     assert "GATE-WIDGET-002" not in proc.stdout
     assert "gates re-measured: 1 of 1 as recorded" in proc.stdout
     (project / "data" / "lines.txt").write_text(lines(2))
-    commit(project, "too few lines")
+    widget_project.commit_all(project, "too few lines")
     failed = run(project, "gates", "check", "--all", "--files", str(CONTRACT))
     assert failed.returncode == 1 and "not as recorded: GATE-WIDGET-001" in failed.stdout
     both = run(project, "gates", "check", "--all", "--ship-blocking", "--files", str(CONTRACT))
@@ -244,7 +237,7 @@ def test_check_all_re_measures_every_promoted_gate_and_only_those(project: Path)
 
 def test_check_ship_blocking_fails_when_one_does_not_pass(project: Path):
     (project / "data" / "lines.txt").write_text(lines(2))
-    commit(project, "too few lines")
+    widget_project.commit_all(project, "too few lines")
     proc = run(project, "gates", "check", "--ship-blocking", "--files", str(CONTRACT))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "0 of 1 as recorded" in proc.stdout
@@ -254,11 +247,11 @@ def test_check_ship_blocking_fails_when_one_does_not_pass(project: Path):
 def test_forged_evidence_does_not_stop_the_re_measurement_that_fixes_it(project: Path):
     """pv rejects evidence recording an absolute path; `gates promote` re-measures over that
     finding (it is how it is fixed), but still refuses a contract error."""
-    commit(project, "the promotion")
+    widget_project.commit_all(project, "the promotion")
     record = json.loads((project / EVIDENCE).read_text())
     record["command"][0] = "/home/someone/.venv/bin/gates"
     (project / EVIDENCE).write_text(json.dumps(record))
-    commit(project, "forged")
+    widget_project.commit_all(project, "forged")
     assert "EVIDENCE-ABSOLUTE-PATH" in run(project, "pv", "validate", str(CONTRACT)).stdout
     proc = run(project, "gates", "promote", "GATE-WIDGET-001", "--files", str(CONTRACT))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -268,6 +261,6 @@ def test_forged_evidence_does_not_stop_the_re_measurement_that_fixes_it(project:
 
     contract = project / CONTRACT
     contract.write_text(contract.read_text().replace("kind: tooling", "kind: toolin"))
-    commit(project, "a contract error")
+    widget_project.commit_all(project, "a contract error")
     proc = run(project, "gates", "promote", "GATE-WIDGET-001", "--files", str(CONTRACT))
     assert proc.returncode == 1 and "SCHEMA-ENUM" in proc.stderr, proc.stderr

@@ -43,10 +43,7 @@ def edit(root: Path, *pairs: tuple[str, str]) -> None:
         assert old in text, old
         text = text.replace(old, new)
     path.write_text(text)
-    widget_project.git(root, "add", "-A")
-    widget_project.git(
-        root, "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-qm", "edit"
-    )
+    widget_project.commit_all(root, "edit")
 
 
 def released(text: str) -> tuple[tuple[str, str], ...]:

@@ -108,6 +108,12 @@ def git(root: Path, *args: str) -> None:
     subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
 
 
+def commit_all(root: Path, message: str) -> None:
+    """``git add -A`` and commit, as a test author with no git identity configured."""
+    git(root, "add", "-A")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-qm", message)
+
+
 def use_measurement_dir(root: Path, measurement: str) -> None:
     """Move the project's measurement into ``gatework/`` (named in pyproject.toml's
     [tool.shipgate] measurements), as `gates` run from the command line finds it."""
@@ -132,6 +138,5 @@ def build(root: Path) -> Path:
     contract = root / "contracts" / "widget-v1.yaml"
     contract.write_text(CONTRACT)
     git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-qm", "widget")
+    commit_all(root, "widget")
     return contract

@@ -154,13 +154,12 @@ def run_audit(
     expected = expected_seconds or {}
     runs.sort(key=lambda run: -expected.get((run[2].test, run[3]), 0.0))  # stable otherwise
 
-    # Runs side by side each keep torch's thread count (their numbers stay the slow path's),
-    # so idle OpenMP threads must sleep, not spin: two runs of two spinning threads on two
-    # cores ran 20-40x slower (test_oracle_loop: 150 s a run instead of 4). Set before the
-    # warm interpreters start: libgomp reads it when torch is imported.
-    saved_wait_policy = os.environ.get(_OMP_WAIT)
+    # Runs side by side keep torch's thread count (their numbers stay the slow path's), so
+    # idle OpenMP threads must sleep (forkrun.OMP_WAIT; test_oracle_loop took 150 s a run
+    # instead of 4). Set before the warm interpreters start, which import torch.
+    saved_wait_policy = os.environ.get(forkrun.OMP_WAIT)
     if jobs > 1 and saved_wait_policy is None:
-        os.environ[_OMP_WAIT] = "PASSIVE"
+        os.environ[forkrun.OMP_WAIT] = "PASSIVE"
     interpreters: queue.SimpleQueue = queue.SimpleQueue()
     started = [forkrun.WarmInterpreter(root) for _ in range(max(1, jobs))] if warm else []
     for interpreter in started or [None] * max(1, jobs):
@@ -201,12 +200,9 @@ def run_audit(
             interpreter.close()  # a run still going is killed: its thread sees an error
         pool.shutdown(wait=True)
         if saved_wait_policy is None:
-            os.environ.pop(_OMP_WAIT, None)
+            os.environ.pop(forkrun.OMP_WAIT, None)
     assert all(row is not None for row in rows)
     return rows  # type: ignore[return-value]
-
-
-_OMP_WAIT = "OMP_WAIT_POLICY"
 
 
 def expected_seconds(path: Path) -> dict[tuple[str, str | None], float]:

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-_OMP_WAIT = "OMP_WAIT_POLICY"
+from gates import forkrun
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def run_all(
         raise ValueError(f"parallel must be at least 1, got {parallel}")
     base = dict(os.environ if env is None else env)
     side_by_side = dict(base)
-    side_by_side.setdefault(_OMP_WAIT, "PASSIVE")
+    side_by_side.setdefault(forkrun.OMP_WAIT, "PASSIVE")
     timed, rest = order(jobs)
     done: dict[str, Outcome] = {}
     lock = threading.Lock()

@@ -47,6 +47,11 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+#: Set to "PASSIVE" for processes run side by side (`gates audit`, `gates check --jobs`): each
+#: keeps torch's thread count, so idle OpenMP threads must sleep, not spin (two runs of two
+#: spinning threads on two cores ran 20-40x slower). libgomp reads it when torch is imported.
+OMP_WAIT = "OMP_WAIT_POLICY"
+
 #: Imported once by the warm interpreter when installed: what a test run would otherwise
 #: import afresh each time. Never a module of the project under audit (those are dropped
 #: after the fork anyway).

@@ -42,30 +42,40 @@ def _digest(path: Path) -> str | None:
     return _digests[key]
 
 
-def stale_sources(root: Path, evidence: dict) -> list[tuple[str, str]]:
-    """What makes ``evidence`` stale under ``root``: ``(path, why)`` pairs, ``why`` one of
-    "changed", "gone", "not a path in the project"; ``[("", NO_SOURCES)]`` when it records
-    no sources. Empty: fresh."""
-    recorded = evidence.get("sources")
-    if not recorded:
-        return [("", NO_SOURCES)]
-    built_from = [
+def recorded_sources(evidence: dict) -> list[tuple[dict, str]]:
+    """Every ``{"path", "sha256"}`` the evidence rests on, with who read it: its ``sources``
+    ("") and each recipe-built artifact's ``build_sources`` (" (read by the build of …)")."""
+    own = [(src, "") for src in evidence.get("sources") or []]
+    return own + [
         (src, f" (read by the build of artifact {artifact.get('name') or artifact.get('path')})")
         for artifact in evidence.get("artifacts") or []
         for src in artifact.get("build_sources") or []
     ]
+
+
+def changed_file(root: Path, src: dict) -> str | None:
+    """Why the recorded ``{"path", "sha256"}`` no longer holds under ``root`` ("changed",
+    "gone", "not a path in the project"), or None when it does."""
+    parts = PurePosixPath(src["path"]).parts
+    if not parts or PurePosixPath(src["path"]).is_absolute() or ".." in parts:
+        return "not a path in the project"
+    now = _digest(root.joinpath(*parts))
+    if now is None:
+        return "gone"
+    return "changed" if now != src["sha256"] else None
+
+
+def stale_sources(root: Path, evidence: dict) -> list[tuple[str, str]]:
+    """What makes ``evidence`` stale under ``root``: ``(path, why)`` pairs, ``why`` one of
+    "changed", "gone", "not a path in the project"; ``[("", NO_SOURCES)]`` when it records
+    no sources. Empty: fresh."""
+    if not evidence.get("sources"):
+        return [("", NO_SOURCES)]
     out = []
-    for src, by in [(src, "") for src in recorded] + built_from:
-        rel = src["path"]
-        parts = PurePosixPath(rel).parts
-        if not parts or PurePosixPath(rel).is_absolute() or ".." in parts:
-            out.append((rel, "not a path in the project" + by))
-            continue
-        now = _digest(root.joinpath(*parts))
-        if now is None:
-            out.append((rel, "gone" + by))
-        elif now != src["sha256"]:
-            out.append((rel, "changed" + by))
+    for src, by in recorded_sources(evidence):
+        why = changed_file(root, src)
+        if why is not None:
+            out.append((src["path"], why + by))
     return list(dict.fromkeys(out))
 
 

@@ -24,7 +24,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from gates import files, jsonfile
+from gates import files, freshness, jsonfile
 
 _COMMIT = re.compile(r'"commit"\s*:\s*"([0-9a-f]{40})"')
 #: Evidence files are kilobytes; a larger one is not scanned here (pv reports it).
@@ -124,9 +124,7 @@ class CommitIndex:
                 try:
                     record = jsonfile.read_json(Path(top) / name, _SCAN_LIMIT)
                     sha = record["git"]["commit"]
-                    listed = list(record.get("sources") or [])
-                    for artifact in record.get("artifacts") or []:
-                        listed += artifact.get("build_sources") or []
+                    listed = [src for src, _ in freshness.recorded_sources(record)]
                     found |= {(sha, s["path"]) for s in listed if isinstance(s.get("path"), str)}
                 except (OSError, jsonfile.JsonFileError, KeyError, TypeError, AttributeError):
                     continue  # not evidence of ours: pv reports it elsewhere

@@ -9,10 +9,12 @@ Refusals raise :class:`RefusedError` (exit 1) and leave every file untouched.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from gates import (
     evidence,
     files,
     measure,
+    mutants,
     project,
     recipes,
     testrun,
@@ -239,10 +242,16 @@ def check(
     contract_version: str | None = None,
     want: str | None = None,
     allow_dirty: str | None = None,
+    mutant: str | None = None,
 ) -> CheckResult:
     """Run the gate's bound tests and measurement; the verdict is ``want`` (PASS/PARTIAL) when
     everything holds, else FAIL. Without ``want``, what the measurement says: PARTIAL when it
-    names something not discharged, else PASS."""
+    names something not discharged, else PASS.
+
+    ``mutant``: measure with that declared mutant applied in this process, and run no bound
+    test (their verdicts under mutants are `gates audit`'s): FAIL is the measurement catching
+    the bug. Refused for a gate measured on an artifact: the artifact is built in another
+    process, which the mutant does not reach."""
     # What the bound tests and the measurement read (gates.trace): from before the project's
     # measurement modules are imported, so all of them count (an over-approximation), but
     # not the artifacts' resolution (a rebuild from a recipe only sometimes runs).
@@ -257,24 +266,20 @@ def check(
             f"with @measures({gate.id!r}) in a directory that [tool.shipgate] measurements "
             "names in pyproject.toml (docs/measurements.md)"
         )
+    if mutant is not None and measurer.artifact is not None:
+        raise RefusedError(
+            f"{gate.id} is measured on a {measurer.artifact} built in another process: a "
+            f"mutant applied here does not reach its build; its bound tests meet {mutant} "
+            "under `gates audit`"
+        )
     refs, artifact_notes = _resolve_artifacts(root, gate, measurer, artifacts)
     reasons: list[str] = []
 
     with traced:
-        outcomes = []
-        for ref in gate.falsification_tests:
-            test = contract.test(ref)
-            if test is None or not test.bound or not test.test:
-                reasons.append(f"{ref} is not bound to a test")
-                continue
-            outcome = testrun.run_node(root, test.test)
-            outcomes.append((ref, outcome))
-            if outcome.outcome != "passed":
-                tail = "\n".join(outcome.output.strip().splitlines()[-15:])
-                reasons.append(f"{ref} ({test.test}) {outcome.outcome}:\n{tail}")
-
+        outcomes = [] if mutant is not None else _run_bound_tests(root, contract, gate, reasons)
         ctx = measure.GateContext(root, contract, gate, tuple(p for p, _ in refs))
-        result = measurer.fn(ctx)
+        with _mutated(root, mutant):
+            result = measurer.fn(ctx)
     for path, before in refs:
         if _digest(path, measurer.recipe)[0] != before["sha256"]:
             raise RefusedError(f"artifact {path} changed while it was being measured")
@@ -334,6 +339,45 @@ def check(
     if problems:
         raise RefusedError(f"the measurement produced invalid evidence: {problems[0]}")
     return CheckResult(verdict, reasons, record, [o for _, o in outcomes], artifact_notes)
+
+
+def _run_bound_tests(
+    root: Path, contract: Contract, gate: Gate, reasons: list[str]
+) -> list[tuple[str, testrun.TestOutcome]]:
+    """Each bound test of ``gate`` run once; what did not pass is appended to ``reasons``."""
+    outcomes = []
+    for ref in gate.falsification_tests:
+        test = contract.test(ref)
+        if test is None or not test.bound or not test.test:
+            reasons.append(f"{ref} is not bound to a test")
+            continue
+        outcome = testrun.run_node(root, test.test)
+        outcomes.append((ref, outcome))
+        if outcome.outcome != "passed":
+            tail = "\n".join(outcome.output.strip().splitlines()[-15:])
+            reasons.append(f"{ref} ({test.test}) {outcome.outcome}:\n{tail}")
+    return outcomes
+
+
+@contextlib.contextmanager
+def _mutated(root: Path, mutant_id: str | None) -> Iterator[None]:
+    """The declared mutant ``mutant_id`` applied for the block (nothing when None)."""
+    if mutant_id is None:
+        yield
+        return
+    import pytest  # noqa: PLC0415 - a mutant patches through pytest.MonkeyPatch
+
+    mutants.load(root)
+    impl = mutants.REGISTRY.get(mutant_id)
+    if impl is None:
+        known = ", ".join(sorted(mutants.REGISTRY)[:5])
+        raise RefusedError(f"no mutant {mutant_id!r} is declared under {root} (some: {known})")
+    patch = pytest.MonkeyPatch()
+    try:
+        impl(patch)
+        yield
+    finally:
+        patch.undo()
 
 
 def promote(

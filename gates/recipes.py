@@ -61,7 +61,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from gates import atomic, files, jsonfile, trace
+from gates import atomic, files, freshness, jsonfile, trace
 from gates.files import atomic_write_text, update_digest
 
 CACHE_ENV = "SHIPGATE_CACHE"
@@ -342,16 +342,11 @@ def read_build_record(entry: Path) -> tuple[dict, ...] | None:
 def changed_sources(root: Path, sources: tuple[dict, ...] | list[dict]) -> str:
     """The first few of ``sources`` that no longer hash the same under ``root`` ("x changed",
     "y gone"), or "" when none."""
-    changed = []
-    for src in sources:
-        rel = PurePosixPath(src["path"])
-        target = root.joinpath(*rel.parts)
-        if rel.is_absolute() or ".." in rel.parts:
-            changed.append(f"{src['path']} not in the project")
-        elif not target.is_file():
-            changed.append(f"{src['path']} gone")
-        elif files.sha256_file(target) != src["sha256"]:
-            changed.append(f"{src['path']} changed")
+    changed = [
+        f"{src['path']} {why}"
+        for src in sources
+        if (why := freshness.changed_file(root, src)) is not None
+    ]
     more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
     return ", ".join(changed[:3]) + more
 

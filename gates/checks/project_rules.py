@@ -264,12 +264,7 @@ def evidence_sources_at_commit(
     if ev["verdict"] not in ("PASS", "PARTIAL") or ev["git"].get("dirty") is not False:
         return
     sha = ev["git"]["commit"]
-    listed = [(s["path"], s["sha256"]) for s in ev.get("sources") or []]
-    listed += [
-        (s["path"], s["sha256"])
-        for artifact in ev.get("artifacts") or []
-        for s in artifact.get("build_sources") or []
-    ]
+    listed = [(s["path"], s["sha256"]) for s, _ in freshness.recorded_sources(ev)]
     differ = []
     for path, recorded in dict.fromkeys(listed):
         at_commit = commits.file_sha256(sha, path)

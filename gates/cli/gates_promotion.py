@@ -70,9 +70,13 @@ def _print_check(result: promotion.CheckResult) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     if args.ship_blocking or args.all:
+        if args.mutant:
+            raise UsageError("--mutant measures one GATE")
         return cmd_check_many(args)
     if args.gate is None:
         raise UsageError("name the GATE to check, or pass --ship-blocking or --all")
+    if args.mutant and (args.out or args.artifact):
+        raise UsageError("--mutant measures mutated code: no --out evidence, no --artifact")
     root, contract, gate = _target(args)
     result = promotion.check(
         root,
@@ -80,12 +84,24 @@ def cmd_check(args: argparse.Namespace) -> int:
         gate,
         args.artifact,
         command=recorded_command("gates", root),
+        mutant=args.mutant,
     )
     _print_check(result)
+    if args.mutant:
+        return _mutant_verdict(gate.id, args.mutant, result.verdict)
     if args.out:
         files.atomic_write_bytes(args.out, (json.dumps(result.evidence, indent=2) + "\n").encode())
         print(f"evidence written to {args.out}")
     return exit_codes.OK if result.verdict in ("PASS", "PARTIAL") else exit_codes.FINDINGS
+
+
+def _mutant_verdict(gate_id: str, mutant_id: str, verdict: str) -> int:
+    """Under a mutant, FAIL is the measurement catching the bug: exit 0; else findings."""
+    if verdict == "FAIL":
+        print(f"mutant {mutant_id}: caught ({gate_id} FAILs on it)")
+        return exit_codes.OK
+    print(f"mutant {mutant_id}: SURVIVED ({gate_id} is {verdict} on the bug)")
+    return exit_codes.FINDINGS
 
 
 def cmd_check_many(args: argparse.Namespace) -> int:
@@ -227,6 +243,12 @@ def add_parsers(sub: argparse._SubParsersAction, add_contract_arguments) -> None
     p.add_argument("gate", metavar="GATE", nargs="?")
     p.add_argument("--artifact", action="append", type=Path, default=[], metavar="PATH")
     p.add_argument("--out", type=Path, help="write the evidence JSON here")
+    p.add_argument(
+        "--mutant",
+        metavar="ID",
+        help="measure GATE with this declared mutant applied, bound tests not run; exits 0 "
+        "when the measurement FAILs on it (caught), 1 when it survives",
+    )
     p.add_argument(
         "--ship-blocking",
         action="store_true",

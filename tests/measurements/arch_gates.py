@@ -25,6 +25,7 @@ TENSORS = 219
 VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, INNER = 50257, 1024, 24, 16, 4, 64, 2816
 MISMATCHED_MODEL_VOCABS = (50256, 50258, 50304)  # FALSIFY-ARCH-370M-006
 GAP_ID = 1234  # the id missing from the gapped tokenizer (highest id 50257)
+HF_REFERENCE_IDS = (2, 64, 12)  # sequences, tokens each, seed of the ids
 MODEL_SOURCES = ("config.py", "params.py", "llama.py", "hf.py", "vocab.py", "sovereign.py")
 
 
@@ -324,6 +325,42 @@ def _file_names(path: Path) -> list[str]:
         return [n for n in json.loads(fh.read(size)) if n != "__metadata__"]
 
 
+def _hf_reference_error(small) -> tuple[float, str]:
+    """max |logits_ours - logits_hf| / max |logits_hf| of the narrow model against
+    transformers' LlamaForCausalLM (eager attention) of hf_config_dict(its config) holding
+    its state dict, both in float64, on seeded ids; inf and the reason when HF's model
+    cannot hold ours. None of the nine invariants covers the computation itself (RMSNorm's
+    formula, the residual wiring, the final norm), so this is a value of its own.
+
+    HF computes RMSNorm (cast to float32), the RoPE tables and the eager softmax in float32
+    whatever the model's dtype, so the agreement is float32 rounding (u = 2**-24 = 6e-8),
+    not float64's: 9.7e-8 here (7.7e-16 with those three steps made float64). The gate's
+    bound, 1e-6, is about 17 u; RMSNorm over the variance gives 3.2e-2, eps 1e-6 1.4e-2."""
+    import copy  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
+
+    from trainer.model.hf import hf_config_dict  # noqa: PLC0415
+
+    ours = copy.deepcopy(small).to(torch.float64).eval()
+    config = transformers.LlamaConfig(**hf_config_dict(ours.config, dtype="float64"))
+    config._attn_implementation = "eager"  # HF's own attention math, not torch's SDPA
+    with torch.random.fork_rng(devices=[]):  # HF's random init leaves the global RNG alone
+        theirs = transformers.LlamaForCausalLM(config).to(torch.float64).eval()
+    missing, unexpected = theirs.load_state_dict(ours.state_dict(), strict=False)
+    tied_head = ["lm_head.weight"] if ours.config.tie_word_embeddings else []
+    if unexpected or sorted(missing) != tied_head:
+        return math.inf, f"HF's model is not ours: missing {missing}, unexpected {unexpected}"
+    n, length, seed = HF_REFERENCE_IDS
+    ids = torch.randint(
+        0, ours.config.vocab_size, (n, length), generator=torch.Generator().manual_seed(seed)
+    )
+    with torch.no_grad():
+        mine, reference = ours(ids), theirs(input_ids=ids, use_cache=False).logits
+    return ((mine - reference).abs().max() / reference.abs().max()).item(), ""
+
+
 @measures("GATE-ARCH-370M-001")
 def architecture_invariants(ctx: GateContext) -> Measurement:
     from trainer.model import preset  # noqa: PLC0415
@@ -340,18 +377,43 @@ def architecture_invariants(ctx: GateContext) -> Measurement:
             found = [f"check failed to run: {type(exc).__name__}: {exc}"]
         if found:
             violations[inv_id] = found
+    try:
+        hf_error, hf_why = _hf_reference_error(small)
+    except Exception as exc:  # a reference that cannot run fails the bound, with the reason
+        hf_error, hf_why = math.inf, f"failed to run: {type(exc).__name__}: {exc}"
+    import transformers  # noqa: PLC0415 - for its version; _hf_reference_error imported it
+
+    n, length, seed = HF_REFERENCE_IDS
     return Measurement(
         values={
             "architecture_invariant_violations": (len(violations), "invariants"),
             "invariants_checked": (len(INVARIANTS), "invariants"),
+            "hf_reference_logit_relative_error": (hf_error, "ratio"),
         },
         workload="the nine INV-ARCH-370M invariants re-checked on build_model(preset('370m')) "
         "on the meta device (shapes, names, counts, config refusals, vocab pairs) and, for "
         "numerics (GQA vs a per-head float64 reference, RoPE, SwiGLU, lookup, weights file), "
-        "on CPU on the same family 128 wide, 2 layers (seed 0)",
+        "on CPU on the same family 128 wide, 2 layers (seed 0); and that narrow model's "
+        "logits in float64 against transformers "
+        f"{transformers.__version__} LlamaForCausalLM (eager attention, float64) built from "
+        f"hf_config_dict and holding its state dict, on {n} sequences of {length} ids "
+        f"(seed {seed}): max |diff| / max |HF logit|",
         inputs=_sources(ctx.root),
-        parameters={"narrow_model": dataclasses.asdict(_narrow(cfg))},
-        notes="; ".join(f"{k}: {' | '.join(v)}" for k, v in violations.items()),
+        parameters={
+            "narrow_model": dataclasses.asdict(_narrow(cfg)),
+            "hf_reference": {
+                "transformers": transformers.__version__,
+                "attn_implementation": "eager",
+                "dtype": "float64",
+                "sequences": n,
+                "tokens": length,
+                "ids_seed": seed,
+            },
+        },
+        notes="; ".join(
+            [f"{k}: {' | '.join(v)}" for k, v in violations.items()]
+            + [f"HF reference: {hf_why}"] * bool(hf_why)
+        ),
     )
 
 

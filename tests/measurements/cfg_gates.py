@@ -259,6 +259,14 @@ def _warmup_and_schedule_cases() -> list[Case]:
 
         return check
 
+    def no_data(max_steps: int, warmup: int, refused: bool):
+        def check():  # `trainer validate`: no data counted, reachable <= M
+            x = _inputs(sequences=None, max_steps=max_steps, warmup_steps=warmup, params=1)
+            got = "INV-CFG-003" in _rules(evaluate_data_free(x).violations)
+            return _expect(warmup_refused_without_data=(got, refused))
+
+        return check
+
     def fraction(max_steps: int, warmup: int, refused: bool):
         def check():
             x = _inputs(sequences=None, max_steps=max_steps, warmup_steps=warmup, params=1)
@@ -297,6 +305,10 @@ def _warmup_and_schedule_cases() -> list[Case]:
         ("w = 0 accepted", warmup_rule(False, epochs=117, warmup_steps=0)),
         ("w = 43 at 43 reachable refused", warmup_rule(True, warmup_steps=43)),
         ("w = 42 at 43 reachable accepted", warmup_rule(False, warmup_steps=42)),
+        *(
+            (f"no data: M={m} w={w} {'refused' if r else 'accepted'}", no_data(m, w, r))
+            for m, w, r in ((5000, 5000, True), (5000, 6000, True), (5000, 4999, False))
+        ),
         *(
             (f"M={m} w={w} {'refused' if r else 'accepted'}", fraction(m, w, r))
             for m, w, r in (

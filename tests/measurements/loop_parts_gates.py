@@ -116,29 +116,106 @@ def _padded_global_batch(vocab: int, seq: int, pad_id: int):
     return tokens
 
 
-@measures("GATE-TRAIN-LOOP-009")
-def loss_reduction_is_exact(ctx: GateContext) -> Measurement:
+def _reference(model, tokens, pad_id: int):
+    """The reference, written out here: one float64 token mean of the cross-entropy over
+    every non-padding target of ``tokens`` [B, T+1], on a float64 copy of ``model``'s
+    weights; (loss, gradient of each parameter)."""
+    import copy  # noqa: PLC0415
+
     import torch.nn.functional as F  # noqa: PLC0415, N812
 
+    model = copy.deepcopy(model).double()
+    model.zero_grad(set_to_none=True)
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    real = targets != pad_id
+    logits = model(inputs).double()
+    per_token = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+    objective = (per_token * real.flatten()).sum() / real.sum()
+    objective.backward()
+    return objective.item(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+def _loss_grad_errors(step_loss: float, grads: dict, ref_loss: float, ref_grads: dict) -> list:
+    """Relative error of the loss and of every parameter gradient (L2 per tensor), each norm
+    floored at 1e-6 of the largest reference norm: a gradient that is zero in exact
+    arithmetic holds only rounding noise (tests/unit/trainer/test_loop_loss.py)."""
+    floor = 1e-6 * max(r.norm().item() for r in ref_grads.values())
+    errors = [abs(step_loss - ref_loss) / abs(ref_loss)]
+    for name, ref in ref_grads.items():
+        diff = (grads[name].double() - ref).norm().item()
+        errors.append(diff / max(ref.norm().item(), floor))
+    return errors
+
+
+class _FirstStep:
+    """train()'s hooks for a one-step run: at on_start the model is cast to ``dtype`` (in
+    place: AdamW holds the same parameters) and the float64 reference is taken from its
+    initial weights; before_optimizer_step keeps the gradients the step is about to apply."""
+
+    def __init__(self, dtype, tokens, pad_id: int) -> None:
+        self.dtype, self.tokens, self.pad_id = dtype, tokens, pad_id
+        self.ref_loss, self.ref_grads, self.grads = None, {}, {}
+
+    def on_start(self, model, optimizer) -> None:
+        model.to(self.dtype)
+        self.ref_loss, self.ref_grads = _reference(model, self.tokens, self.pad_id)
+
+    def before_optimizer_step(self, step, optimizer, model) -> None:
+        self.grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+def _loop_errors(pad_id: int, seq: int) -> tuple[float, float, int, list[str]]:
+    """trainer.train.loop.train on one padded global batch of 8 sequences (the whole
+    training split, so every shuffle gives step 1 all of it), one optimizer step for each
+    grad_accum, gradient clipping off: (worst error with the loop run in float64, worst as
+    it runs on CPU in float32, runs whose reported token count is wrong, notes)."""
+    import torch  # noqa: PLC0415
+
+    from trainer.train.loop import train  # noqa: PLC0415
+
+    from .loop_run_gates import VOCAB, _config, _Rows  # noqa: PLC0415
+
+    tokens = _padded_global_batch(VOCAB, seq, pad_id)
+    real = int((tokens[:, 1:] != pad_id).sum())
+    worst = {torch.float64: 0.0, torch.float32: 0.0}
+    miscounted, rows = 0, []
+    for dtype in (torch.float64, torch.float32):
+        for grad_accum in (1, 2, 4, 8):
+            config = _config(
+                {
+                    "data.micro_batch": 8 // grad_accum,
+                    "data.seq_len": seq,
+                    "training.gradient_accumulation": grad_accum,
+                    "training.max_steps": 1,
+                    "training.warmup_steps": 0,
+                    "optimizer.grad_clip": None,  # the raw accumulated gradients reach the hook
+                }
+            )
+            hooks = _FirstStep(dtype, tokens, pad_id)
+            record = train(config, _Rows(tokens, pad_id), None, hooks=hooks).records[0]
+            errors = _loss_grad_errors(record["loss"], hooks.grads, hooks.ref_loss, hooks.ref_grads)
+            miscounted += record["tokens"] != real
+            worst[dtype] = max(worst[dtype], *errors, 0.0 if record["tokens"] == real else math.inf)
+            name, tokens_seen = str(dtype).removeprefix("torch."), record["tokens"]
+            rows.append(
+                f"loop {name} g={grad_accum}: {max(errors):.2e} (tokens {tokens_seen} of {real})"
+            )
+    return worst[torch.float64], worst[torch.float32], miscounted, rows
+
+
+@measures("GATE-TRAIN-LOOP-009")
+def loss_reduction_is_exact(ctx: GateContext) -> Measurement:
     from trainer.model import preset  # noqa: PLC0415
     from trainer.model.llama import build_model  # noqa: PLC0415
     from trainer.train.loss import accumulate_gradients, next_token_pairs  # noqa: PLC0415
 
+    # (1) The helper: trainer.train.loss.accumulate_gradients on uneven micro-batches.
     pad_id, seq = 0, 24
     model = build_model(preset("tiny"), seed=3).double()
     tokens = _padded_global_batch(model.config.vocab_size, seq, pad_id)
-    # The reference: one float64 token mean over every non-padding target, written out here.
-    inputs, targets = tokens[:, :-1], tokens[:, 1:]
-    real = targets != pad_id
-    model.zero_grad()
-    logits = model(inputs).double()
-    per_token = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
-    reference = (per_token * real.flatten()).sum() / real.sum()
-    reference.backward()
-    ref_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-    ref_loss = reference.item()
-
-    worst, rows = 0.0, []
+    real = int((tokens[:, 1:] != pad_id).sum())
+    ref_loss, ref_grads = _reference(model, tokens, pad_id)
+    worst, miscounted, rows = 0.0, 0, []
     for grad_accum in (1, 2, 4, 8):
         # Unequal micro-batches: split the 8 rows by a fixed, uneven cut when possible.
         cuts = {1: [8], 2: [3, 5], 4: [1, 2, 2, 3], 8: [1] * 8}[grad_accum]
@@ -146,24 +223,37 @@ def loss_reduction_is_exact(ctx: GateContext) -> Measurement:
         for size in cuts:
             micro.append(next_token_pairs(tokens[start : start + size], pad_id))
             start += size
-        model.zero_grad()
+        model.zero_grad(set_to_none=True)
         loss, count = accumulate_gradients(model, micro)
-        errors = [abs(loss - ref_loss) / abs(ref_loss)]
-        for name, p in model.named_parameters():
-            ref = ref_grads[name]
-            scale = ref.norm().item()
-            errors.append((p.grad - ref).norm().item() / scale if scale else p.grad.norm().item())
-        rows.append(f"g={grad_accum}: {max(errors):.2e} (count {count} of {int(real.sum())})")
-        worst = max(worst, *errors, 0.0 if count == int(real.sum()) else math.inf)
+        grads = {n: p.grad for n, p in model.named_parameters()}
+        errors = _loss_grad_errors(loss, grads, ref_loss, ref_grads)
+        miscounted += count != real
+        rows.append(f"helper g={grad_accum}: {max(errors):.2e} (count {count} of {real})")
+        worst = max(worst, *errors, 0.0 if count == real else math.inf)
+    # (2) The loop: the step loss, token count and gradients train() itself produces.
+    loop64, loop32, loop_miscounted, loop_rows = _loop_errors(pad_id, seq)
     return Measurement(
-        values={"max_loss_grad_relative_error": (worst, "ratio")},
-        workload="tiny preset in float64, one global batch of 8 sequences x 24 targets with "
-        "0-90 % padding, split into grad_accum 1, 2, 4, 8 unequal micro-batches through "
-        "trainer.train.loss.accumulate_gradients; loss and every parameter gradient "
-        "(relative L2 error per tensor) against one float64 token-mean cross-entropy over "
-        "the non-padding targets",
-        inputs=_sources(ctx, "trainer/train/loss.py"),
-        notes="; ".join(rows),
+        values={
+            # The helper and the loop run in float64: what is measured is the reduction.
+            "max_loss_grad_relative_error": (max(worst, loop64), "ratio"),
+            # The loop as it runs on CPU (float32), against the same float64 reference.
+            "loop_fp32_max_loss_grad_relative_error": (loop32, "ratio"),
+            # Steps whose target count (the helper's return, the loop's record) is wrong.
+            "miscounted_steps": (miscounted + loop_miscounted, "steps"),
+        },
+        workload="one global batch of 8 sequences x 24 targets with 0-90 % padding; each "
+        "step's loss and every parameter gradient (relative L2 error per tensor) against one "
+        "float64 token-mean cross-entropy over its non-padding targets from the same initial "
+        "weights, and its target count against the true one. (1) tiny preset in float64, "
+        "grad_accum 1, 2, 4, 8 unequal micro-batches through "
+        "trainer.train.loss.accumulate_gradients; (2) trainer.train.loop.train (tiny Llama: "
+        "1 layer, hidden 16, V 64; padding reaching the loop as IGNORE_INDEX targets from "
+        "its data source) for one optimizer step at grad_accum 1, 2, 4, 8 (micro_batch 8, 4, "
+        "2, 1), clipping off, the loss and token count it records and the gradients at "
+        "before_optimizer_step, with the model cast to float64 at on_start, then again in "
+        "float32 as the loop runs on CPU (loop_fp32_max_loss_grad_relative_error)",
+        inputs=_sources(ctx, "trainer/train/loss.py", "trainer/train/loop.py"),
+        notes="; ".join(rows + loop_rows),
     )
 
 

@@ -554,8 +554,8 @@ def nonfinite_steps_applied(ctx: GateContext) -> Measurement:
 def lr_mismatched_steps(ctx: GateContext) -> Measurement:
     from trainer.config.schedule import lr_at  # noqa: PLC0415
     from trainer.train.loop import train  # noqa: PLC0415
+    from trainer.train.options import RunOptions  # noqa: PLC0415
 
-    hooks = _Hooks()
     run = _config(
         {
             "data.seq_len": 4,
@@ -566,22 +566,35 @@ def lr_mismatched_steps(ctx: GateContext) -> Measurement:
             "optimizer.min_lr": 3e-5,
         }
     )
-    train(run, _Rows(_random_rows(16, 4, seed=15)), None, hooks=hooks)
+    data = _Rows(_random_rows(16, 4, seed=15))
     mismatched, groups = [], set()
-    for step in range(1, 201):
-        expected = lr_at(step, peak=3e-4, warmup=20, max_steps=200, min_lr=3e-5)
-        lrs = hooks.lrs.get(step, [])
-        groups.add(len(lrs))
-        if len(lrs) != 2 or any(abs(lr - expected) > 1e-12 * expected for lr in lrs):
-            mismatched.append(step)
+    # The whole run, then one stopped early (`--max-steps 60`): both follow the schedule
+    # over training.max_steps 200; a step past the stop, or one missing, is mismatched too.
+    for label, stop_after in (("full", None), ("stop_after 60", 60)):
+        hooks = _Hooks()
+        train(run, data, None, options=RunOptions(stop_after=stop_after), hooks=hooks)
+        for step in sorted(set(range(1, (stop_after or 200) + 1)) | set(hooks.lrs)):
+            expected = lr_at(step, peak=3e-4, warmup=20, max_steps=200, min_lr=3e-5)
+            lrs = hooks.lrs.get(step, [])
+            groups.add(len(lrs))
+            if (
+                step > (stop_after or 200)
+                or len(lrs) != 2
+                or any(abs(lr - expected) > 1e-12 * expected for lr in lrs)
+            ):
+                mismatched.append(f"{label}: {step}")
     return Measurement(
         values={
             "lr_mismatched_steps": (len(mismatched), "steps"),
             "param_groups": (max(groups), "groups"),
         },
-        workload="200 steps, peak 3e-4, warmup 20, min 3e-5; optimizer.param_groups[*]['lr'] "
-        "read before every optimizer.step() and compared with C-TRAINCFG-001's lr(s)",
-        inputs=_sources(ctx, "trainer/config/schedule.py", "trainer/train/optim.py"),
+        workload="200 steps, peak 3e-4, warmup 20, min 3e-5, then the same config stopped "
+        "after step 60 (RunOptions.stop_after); optimizer.param_groups[*]['lr'] read before "
+        "every optimizer.step() of both runs and compared with C-TRAINCFG-001's lr(s) over "
+        "max_steps 200; a step of the stopped run past 60 or missing counts as mismatched",
+        inputs=_sources(
+            ctx, "trainer/config/schedule.py", "trainer/train/optim.py", "trainer/train/options.py"
+        ),
         notes=f"mismatched steps: {mismatched[:10]}" if mismatched else "",
     )
 

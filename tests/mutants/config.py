@@ -46,6 +46,12 @@ def _warmup_inclusive(patch):
     patch.setattr(algebra, "warmup_completes", lambda warmup, horizon: warmup <= horizon)
 
 
+@mutant("data-free-warmup-rule-removed")
+def _no_data_free_warmup(patch):
+    # `trainer validate` (no data counted) accepts a warmup that never completes.
+    patch.setattr(algebra, "data_free_warmup_violations", lambda x: [])
+
+
 @mutant("min-epochs-floor-division")
 def _min_epochs_floor(patch):
     patch.setattr(algebra, "min_epochs", lambda max_steps, spe: max_steps // spe)

@@ -19,6 +19,7 @@ from trainer import exit_codes
 from trainer.config.load import with_values
 from trainer.data import encode
 from trainer.train import guards, loop, optim, sequences
+from trainer.train.options import RunOptions
 
 
 # ---------------------------------------------------------------- FALSIFY-TRAIN-LOOP-001
@@ -181,6 +182,25 @@ def _lr_first_group_only(patch):
         optimizer.param_groups[0]["lr"] = lr
 
     patch.setattr(optim, "apply_lr", apply)
+
+
+@mutant("lr-schedule-compressed-to-stop-after")
+def _lr_compressed_to_stop_after(patch):
+    # The schedule runs over the early stop (stop_after, `--max-steps`) instead of the
+    # config's training.max_steps: a stopped run decays to min_lr by its last step.
+    last_step, lr_at = RunOptions.last_step, loop.lr_at
+    stop = {}
+
+    def recorded(self, config):
+        stop["step"] = last_step(self, config)
+        return stop["step"]
+
+    patch.setattr(RunOptions, "last_step", recorded)
+    patch.setattr(
+        loop,
+        "lr_at",
+        lambda step, *, max_steps, **kw: lr_at(step, max_steps=stop.get("step", max_steps), **kw),
+    )
 
 
 # ---------------------------------------------------------------- FALSIFY-TRAIN-LOOP-011

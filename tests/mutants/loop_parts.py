@@ -1,9 +1,10 @@
 """Known bugs of the training loop's parts (C-TRAINING-LOOP mutants), injected by `gates audit`.
 
-Each patches one named seam of trainer/train/{loss,optim,guards}.py or the model's _attend,
-so everything else is the real code. Killed by tests/unit/trainer/test_loop_*.py
-(FALSIFY-TRAIN-LOOP-004, 005, 008's optim half, 009, 010); the loop-level mutants
-(lr schedule, zeroing, exhaustion, ...) live in tests/mutants/loop.py.
+Each patches one named seam of trainer/train/{loss,optim,guards}.py, the model's _attend or
+(009's loop-side token count) loop._accumulate, so everything else is the real code. Killed
+by tests/unit/trainer/test_loop_*.py (FALSIFY-TRAIN-LOOP-004, 005, 008's optim half, 009,
+010); the loop-level mutants (lr schedule, zeroing, exhaustion, ...) live in
+tests/mutants/loop.py.
 """
 
 import math
@@ -13,7 +14,7 @@ import torch.nn.functional as F  # noqa: N812
 
 from gates.mutants import mutant
 from trainer.model import llama
-from trainer.train import guards, loss, optim
+from trainer.train import distributed, guards, loop, loss, optim
 
 
 # ---------------------------------------------------------------- FALSIFY-TRAIN-LOOP-004
@@ -131,6 +132,27 @@ def _loss_mean_per_sequence(patch):
         return (token_losses.sum(dim=1) / per_sequence).sum() / batch.sequences
 
     patch.setattr(loss, "_micro_batch_loss", mean_of_sequence_means)
+
+
+@mutant("padding-counted-in-loop-global-count")
+def _padding_counted_in_loop_count(patch):
+    # loss.py is right, the loop's own count is not: it takes every target position
+    # (targets.numel(), padding included) as the global count, all-reduced and passed as
+    # global_count like the real one - so it also applies in a single process, and the
+    # step's loss and gradients shrink by the padding fraction.
+    def counts_padding(model, micro_batches, autocast, world):
+        local = sum(targets.numel() for _, targets in micro_batches)
+        count = distributed.sum_int(local, world)
+        share, _ = loss.accumulate_gradients(
+            model,
+            micro_batches,
+            autocast=autocast,
+            global_count=count,
+            defer_sync=(lambda: distributed.defer_sync(model)) if world.distributed else None,
+        )
+        return distributed.sum_float(share, world), count
+
+    patch.setattr(loop, "_accumulate", counts_padding)
 
 
 # ---------------------------------------------------------------- FALSIFY-TRAIN-LOOP-010

@@ -127,6 +127,20 @@ def _rms_eps(patch):
     patch.setattr(llama.RMSNorm, "__init__", lambda self, dim, eps: real(self, dim, 1e-6))
 
 
+@mutant("rmsnorm-uses-variance")
+def _rms_variance(patch):
+    # Divides by the variance (mean-subtracted) instead of the mean square: a LayerNorm
+    # denominator with RMSNorm's numerator. No function-level seam, so forward is replaced
+    # by the real one with that single change (same dtype handling).
+    def variance_forward(self, x):
+        dtype = x.dtype
+        h = x.to(llama._compute_dtype(dtype))
+        h = h * torch.rsqrt(h.var(-1, keepdim=True, unbiased=False) + self.eps)
+        return self.weight * h.to(dtype)
+
+    patch.setattr(llama.RMSNorm, "forward", variance_forward)
+
+
 @mutant("fused-gate-up")
 def _fused_gate_up(patch):
     class FusedMLP(nn.Module):

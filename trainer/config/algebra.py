@@ -415,22 +415,24 @@ def evaluate(x: AlgebraInputs) -> AlgebraReport:
     )
 
 
+def data_free_warmup_violations(x: AlgebraInputs) -> list[RuleResult]:
+    """INV-CFG-003 without N: reachable <= max_steps, so a warmup of max_steps or more never
+    completes whatever the data holds."""
+    if warmup_completes(x.warmup_steps, x.max_steps):
+        return []
+    fix = f"set warmup_steps <= {x.max_steps - 1}"
+    message = (
+        f"warmup_steps: {x.warmup_steps} >= max_steps {x.max_steps}: warmup never completes; {fix}"
+    )
+    return [RuleResult("INV-CFG-003", (F_WARMUP, F_MAX_STEPS), message, fix)]
+
+
 def evaluate_data_free(x: AlgebraInputs) -> DataFreeReport:
     """The rules ``trainer validate`` can check without N. Tokens are bounded by max_steps
     global batches, so a run refused at that bound is refused whatever N is."""
     bound = token_count(x, x.max_steps)
     violations = collect_all(_data_free_rules(x))
-    if not warmup_completes(x.warmup_steps, x.max_steps):  # reachable <= max_steps
-        fix = f"set warmup_steps <= {x.max_steps - 1}"
-        violations.append(
-            RuleResult(
-                "INV-CFG-003",
-                (F_WARMUP, F_MAX_STEPS),
-                f"warmup_steps: {x.warmup_steps} >= max_steps {x.max_steps}: warmup never "
-                f"completes; {fix}",
-                fix,
-            )
-        )
+    violations += data_free_warmup_violations(x)
     token_violations, warnings, forced = _token_rules(
         x, bound, f"at most {x.max_steps} steps x {x.global_batch * x.seq_len} tokens"
     )

@@ -11,6 +11,10 @@ a robust check across CPUs. So the ship-blocking test runs BOTH on a float64 cop
 model (what is under test is the reduction - which tokens count, in which denominator -
 not float32 rounding; float64 agreement is ~1e-15, so any wrong reduction stands out by
 many orders of magnitude), and a separate test holds the float32 path to float32 accuracy.
+
+The ship-blocking test also takes each split through trainer.train.loop.train (one optimizer
+step on the float64 weights): the loop counts the global batch's targets itself (all-reduced
+under torchrun), so a wrong count there escapes a test of loss.py alone.
 """
 
 from __future__ import annotations
@@ -23,8 +27,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.trainer.loop_support import TensorSequences
+from trainer.config.load import config_from_values
 from trainer.model import preset
 from trainer.model.llama import Llama, build_model
+from trainer.train.hooks import Hooks
+from trainer.train.loop import train
 from trainer.train.loss import (
     IGNORE_INDEX,
     accumulate_gradients,
@@ -76,6 +84,35 @@ def ours(model: Llama, micro_batches: list[tuple]) -> tuple[float, int, dict]:
     return step_loss, count, grads
 
 
+def through_the_loop(model: Llama, rows: TensorSequences, grad_accum: int) -> tuple:
+    """One optimizer step of trainer.train.loop.train over all of ``rows`` (the whole split:
+    any shuffle gives step 1 all of it) from ``model``'s weights, in float64, clipping off:
+    (the loss and target count the loop records, the gradients the step is about to apply)."""
+
+    class FromModel(Hooks):
+        def on_start(self, loop_model, optimizer):
+            loop_model.to(torch.float64)  # in place: AdamW holds the same parameters
+            loop_model.load_state_dict(model.state_dict())
+
+        def before_optimizer_step(self, step, optimizer, loop_model):
+            self.grads = {n: p.grad.detach().clone() for n, p in loop_model.named_parameters()}
+
+    config = config_from_values(
+        TINY,
+        data={"micro_batch": rows.num_sequences // grad_accum, "seq_len": rows.seq_len},
+        optimizer={"lr": 1e-3, "grad_clip": None},
+        training={
+            "gradient_accumulation": grad_accum,
+            "epochs": 1,
+            "max_steps": 1,
+            "warmup_steps": 0,
+        },
+    )
+    hooks = FromModel()
+    record = train(config, rows, None, hooks=hooks).records[0]
+    return record["loss"], record["tokens"], hooks.grads
+
+
 def worst_relative_error(grads: dict, ref: dict) -> tuple[float, str]:
     """Largest per-tensor ||g - g_ref|| / ||g_ref|| (elementwise ratios blow up near 0), the
     norm floored at REL_TOL of the largest reference norm: a gradient that is exactly zero in
@@ -101,6 +138,7 @@ def test_falsify_train_loop_009_loss_and_gradients_are_exact_under_any_accumulat
     tokens = padded_tokens(TARGET_COUNTS, seed=3)
     inputs, targets = next_token_pairs(tokens, pad_id=PAD)
     ref_loss, ref_grads = reference(model64, tokens, TARGET_COUNTS)
+    rows = TensorSequences(tokens, pad_id=PAD)
     # Padding contributes nothing: PAD is only ever an input after the real tokens, so
     # under a causal mask its embedding row reaches no counted target.
     assert torch.count_nonzero(ref_grads["model.embed_tokens.weight"][PAD]) == 0
@@ -116,6 +154,17 @@ def test_falsify_train_loop_009_loss_and_gradients_are_exact_under_any_accumulat
         error, name = worst_relative_error(grads, ref_grads)
         assert error <= REL_TOL, f"grad_accum {grad_accum}: {name} off by {error:.3g} relative"
         assert torch.count_nonzero(grads["model.embed_tokens.weight"][PAD]) == 0
+        # The same global batch through the loop: its own target count, loss and gradients.
+        step_loss, count, grads = through_the_loop(model64, rows, grad_accum)
+        assert count == sum(TARGET_COUNTS), (
+            f"loop, grad_accum {grad_accum}: recorded {count} target tokens, "
+            f"{sum(TARGET_COUNTS)} are real"
+        )
+        assert abs(step_loss - ref_loss) <= REL_TOL * ref_loss, (
+            f"loop, grad_accum {grad_accum}: loss {step_loss} vs reference {ref_loss}"
+        )
+        error, name = worst_relative_error(grads, ref_grads)
+        assert error <= REL_TOL, f"loop, grad_accum {grad_accum}: {name} off by {error:.3g}"
 
 
 @settings(max_examples=15)

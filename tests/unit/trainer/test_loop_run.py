@@ -256,6 +256,17 @@ def test_the_scheduled_lr_is_on_every_param_group_before_every_optimizer_step():
     assert [lr for _, lr in rec.lrs[20]] == [3e-4, 3e-4]
     assert [lr for _, lr in rec.lrs[200]] == [3e-5, 3e-5]
     assert result.lrs == [rec.lrs[s][0][1] for s in range(1, 201)], "the logged lr is applied"
+    # Stopped early (`--max-steps 60`), the run keeps the schedule over max_steps 200.
+    stopped = Recorder()
+    train(run, data, None, options=RunOptions(stop_after=60), hooks=stopped)
+    assert sorted(stopped.lrs) == list(range(1, 61))
+    for step in range(1, 61):
+        expected = lr_at(step, peak=3e-4, warmup=20, max_steps=200, min_lr=3e-5)
+        for name, lr in stopped.lrs[step]:
+            assert abs(lr - expected) <= 1e-12 * expected, (
+                f"stop_after 60, step {step} group {name}: optimizer lr {lr} != lr({step}) "
+                f"over max_steps 200 = {expected}"
+            )
 
 
 # ---------------------------------------------------------------- FALSIFY-TRAIN-LOOP-008

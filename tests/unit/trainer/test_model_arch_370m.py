@@ -348,7 +348,7 @@ def test_arch_370m_007_mlp_is_swiglu_with_separate_gate_and_up(meta_370m):
 
 
 # ---------------------------------------------------------------- 008
-def test_arch_370m_008_no_biases_anywhere(meta_370m, saved_370m):
+def test_arch_370m_008_no_biases_anywhere(meta_370m, cpu_370m, saved_370m):
     linears = {n: m for n, m in meta_370m.named_modules() if isinstance(m, nn.Linear)}
     assert len(linears) == 7 * LAYERS + 1
     with_bias = [n for n, m in linears.items() if m.bias is not None]
@@ -359,6 +359,16 @@ def test_arch_370m_008_no_biases_anywhere(meta_370m, saved_370m):
         norms[f"model.layers.{i}.post_attention_layernorm"] = layer.post_attention_layernorm
     for name, norm in norms.items():
         assert [n for n, _ in norm.named_parameters()] == ["weight"], f"{name} holds more"
+    # ... and no hidden centring: each norm is x / sqrt(mean(x^2) + 1e-5) * weight, by hand
+    # in float64 (the 0.5 offset makes a mean-subtracted, LayerNorm-like variance visible).
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(2, 5, HIDDEN, generator=gen, dtype=torch.float64) + 0.5
+    by_hand = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+    with torch.no_grad():
+        for name in norms:
+            norm = cpu_370m.get_submodule(name)
+            diff = (norm(x) - by_hand * norm.weight.double()).abs().max().item()
+            assert diff <= 1e-12, f"{name}(x) differs from x / rms(x) * weight by {diff:.3g}"
     assert not [n for n in meta_370m.state_dict() if n.endswith(".bias")]
 
     assert saved_370m.error is None, saved_370m.error

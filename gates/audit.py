@@ -23,10 +23,9 @@ read (gates.trace), so pv can tell when the committed audit no longer matches th
 
 from __future__ import annotations
 
-import concurrent.futures
+import functools
 import json
 import os
-import queue
 import re
 import threading
 from collections import Counter
@@ -35,7 +34,18 @@ from pathlib import Path
 
 from jsonschema import Draft202012Validator
 
-from gates import audit_record, evidence, files, forkrun, jsonfile, project, seams, testrun, trace
+from gates import (
+    audit_record,
+    evidence,
+    files,
+    forkrun,
+    jsonfile,
+    measurement_audit,
+    project,
+    seams,
+    testrun,
+    trace,
+)
 from gates.contract import Contract
 
 AUDIT_SCHEMA = audit_record.AUDIT_SCHEMA
@@ -154,25 +164,11 @@ def run_audit(
     expected = expected_seconds or {}
     runs.sort(key=lambda run: -expected.get((run[2].test, run[3]), 0.0))  # stable otherwise
 
-    # Runs side by side keep torch's thread count (their numbers stay the slow path's), so
-    # idle OpenMP threads must sleep (forkrun.OMP_WAIT; test_oracle_loop took 150 s a run
-    # instead of 4). Set before the warm interpreters start, which import torch.
-    saved_wait_policy = os.environ.get(forkrun.OMP_WAIT)
-    if jobs > 1 and saved_wait_policy is None:
-        os.environ[forkrun.OMP_WAIT] = "PASSIVE"
-    interpreters: queue.SimpleQueue = queue.SimpleQueue()
-    started = [forkrun.WarmInterpreter(root) for _ in range(max(1, jobs))] if warm else []
-    for interpreter in started or [None] * max(1, jobs):
-        interpreters.put(interpreter)
     report = threading.Lock()
 
-    def run_one(index: int, c: Contract, t, mutant: str | None) -> None:
-        interpreter = interpreters.get()
-        try:
-            with trace.recording(root, detached=True) as traced:
-                run = testrun.run_node(root, t.test, mutant, traced=traced, warm=interpreter)
-        finally:
-            interpreters.put(interpreter)
+    def run_one(index: int, c: Contract, t, mutant: str | None, interpreter) -> None:
+        with trace.recording(root, detached=True) as traced:
+            run = testrun.run_node(root, t.test, mutant, traced=traced, warm=interpreter)
         outcome = outcome_of(run)
         rows[index] = AuditRow(
             c.id,
@@ -190,17 +186,8 @@ def run_audit(
             with report:
                 progress(rows[index])
 
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs))
-    try:
-        for future in [pool.submit(run_one, *run) for run in runs]:
-            future.result()  # the first error (a full disk) ends the audit, raised
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-        for interpreter in started:
-            interpreter.close()  # a run still going is killed: its thread sees an error
-        pool.shutdown(wait=True)
-        if saved_wait_policy is None:
-            os.environ.pop(forkrun.OMP_WAIT, None)
+    tasks = [functools.partial(run_one, *run) for run in runs]
+    forkrun.run_pooled(root, tasks, jobs=jobs, warm=warm)
     assert all(row is not None for row in rows)
     return rows  # type: ignore[return-value]
 
@@ -309,7 +296,13 @@ def _all_sources(rows: list[AuditRow]) -> list[dict]:
     return [union[p] for p in sorted(union)]
 
 
-def write_audit_evidence(root: Path, rows: list[AuditRow], command: list[str], out: Path) -> None:
+def write_audit_evidence(
+    root: Path,
+    rows: list[AuditRow],
+    command: list[str],
+    out: Path,
+    measured: list[measurement_audit.MeasurementRow] | None = None,
+) -> None:
     sources = _all_sources(rows)
     index = {f["path"]: n for n, f in enumerate(sources)}
     record = {
@@ -323,8 +316,13 @@ def write_audit_evidence(root: Path, rows: list[AuditRow], command: list[str], o
         "rows": [_row_record(r, root, index) for r in rows],
         "mutants": sum(1 for r in rows if r.mutant),
         "killed": sum(r.ok for r in rows if r.mutant),
-        "ok": all(r.ok for r in rows),
+        "ok": all(r.ok for r in rows) and all(r.ok for r in measured or ()),
     }
+    if measured is not None:
+        record["measurements"] = [
+            {**row, "reason": portable(row["reason"], root)}
+            for row in measurement_audit.to_json(measured)
+        ]
     schema = json.loads(AUDIT_SCHEMA.read_text(encoding="utf-8"))
     Draft202012Validator(schema).validate(record)  # a bug here must not write bad evidence
     files.atomic_write_bytes(out, (json.dumps(record, indent=2) + "\n").encode())

@@ -97,6 +97,8 @@ class Gate:
     partial_note: str | None
     blocks_on: tuple[str, ...]
     where: DocPath
+    #: (mutant id, why) pairs `gates audit` does not run against this gate's measurement.
+    measurement_exempt: tuple[tuple[str, str], ...] = ()
 
     @property
     def threshold(self) -> Threshold:
@@ -200,6 +202,11 @@ class Contract:
                     g.get("partial_note"),
                     tuple(g.get("blocks_on", ())),
                     ("gates", n),
+                    tuple(
+                        (mutant, e["reason"])
+                        for e in g.get("measurement_exempt", ())
+                        for mutant in e["mutants"]
+                    ),
                 )
                 for n, g in enumerate(data["gates"])
             ),

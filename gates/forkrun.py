@@ -37,6 +37,7 @@ import contextlib
 import importlib
 import json
 import os
+import queue
 import select
 import signal
 import subprocess
@@ -44,6 +45,8 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,13 +121,17 @@ class WarmInterpreter:
         env: dict[str, str],
         tmp: Path,
         timeout_s: float,
+        module: str = "pytest",
     ) -> Completed:
         """Run ``python -m pytest *args`` as a fork, in ``env``, at the project root; its
-        output goes to files under ``tmp``. Traced when ``env`` says so (gates.trace)."""
+        output goes to files under ``tmp``. Traced when ``env`` says so (gates.trace).
+        ``module``: another command's module whose ``main(args)`` the fork calls instead
+        (``gates.cli.gates``: a measurement under a mutant)."""
         from gates import trace  # noqa: PLC0415 - the warm interpreter never needs it
 
         out, err = tmp / "stdout.txt", tmp / "stderr.txt"
         request = {
+            "module": module,
             "args": args,
             "env": env,
             "cwd": str(self.root),
@@ -166,6 +173,47 @@ class WarmInterpreter:
                 proc.kill()
                 proc.wait()
         _close_pipes(proc)
+
+
+def run_pooled(
+    root: Path,
+    tasks: list[Callable[[WarmInterpreter | None], None]],
+    *,
+    jobs: int,
+    warm: bool,
+) -> None:
+    """Call every task, ``jobs`` at a time, each with a warm interpreter of its own (None
+    when not ``warm``: the task starts a fresh process). The first task to raise (a full
+    disk) ends the others, its runs killed, and is raised."""
+    workers = max(1, jobs)
+    # Side by side, idle OpenMP threads must sleep (OMP_WAIT); set before the warm
+    # interpreters start, since they import torch.
+    saved_wait_policy = os.environ.get(OMP_WAIT)
+    if workers > 1 and saved_wait_policy is None:
+        os.environ[OMP_WAIT] = "PASSIVE"
+    interpreters: queue.SimpleQueue = queue.SimpleQueue()
+    started = [WarmInterpreter(root) for _ in range(workers)] if warm else []
+    for interpreter in started or [None] * workers:
+        interpreters.put(interpreter)
+
+    def one(task: Callable[[WarmInterpreter | None], None]) -> None:
+        interpreter = interpreters.get()
+        try:
+            task(interpreter)
+        finally:
+            interpreters.put(interpreter)
+
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        for future in [pool.submit(one, task) for task in tasks]:
+            future.result()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        for interpreter in started:
+            interpreter.close()  # a run still going is killed: its thread sees an error
+        pool.shutdown(wait=True)
+        if saved_wait_policy is None:
+            os.environ.pop(OMP_WAIT, None)
 
 
 def _close_pipes(proc: subprocess.Popen) -> None:
@@ -240,13 +288,20 @@ def _child(request: dict) -> None:
             namespace: dict = {"__name__": "_shipgate_trace_hook"}
             exec(compile(request["trace_hook"], "<gates.trace hook>", "exec"), namespace)
             namespace["_shipgate_trace"]()
-        import pytest  # noqa: PLC0415 - preloaded; imported here for the name
+        module = request.get("module", "pytest")
+        if module == "pytest":
+            import pytest  # noqa: PLC0415 - preloaded; imported here for the name
 
-        _declare_preloaded_plugins_unrewritten()
-        sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py"), *request["args"]]
-        # pytest.main: what `python -m pytest` calls, less its deprecated console wrapper
+            _declare_preloaded_plugins_unrewritten()
+            sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py")]
+            # pytest.main: what `python -m pytest` calls, less its deprecated console wrapper
+            command = pytest.main
+        else:
+            sys.argv = [module]
+            command = importlib.import_module(module).main
+        sys.argv += request["args"]
         try:
-            code = int(pytest.main(request["args"]))
+            code = int(command(request["args"]))
         except SystemExit as stop:  # as the interpreter maps it
             code = _exit_status(stop.code)
     except BaseException:

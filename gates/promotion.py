@@ -375,6 +375,8 @@ def _mutated(root: Path, mutant_id: str | None) -> Iterator[None]:
     patch = pytest.MonkeyPatch()
     try:
         impl(patch)
+        # and in the measurement's child processes that apply it (mutants.apply_from_env)
+        patch.setenv(mutants.ENV_VAR, mutant_id)
         yield
     finally:
         patch.undo()

@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gates.evidence import git_info, host_info, utc_now  # noqa: E402
+from gates.machine_paths import portable_command  # noqa: E402
 from trainer.config.load import load_config  # noqa: E402
 from trainer.model.config import LlamaConfig, preset  # noqa: E402
 from trainer.model.hf import hf_config_dict  # noqa: E402
@@ -317,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_count": os.cpu_count(),
         "wall_s": round(time.perf_counter() - started, 1),
         "captured_at": utc_now(),
-        "command": " ".join(["python", "tools/gpu_bench.py", *(argv or sys.argv[1:])]),
+        "command": " ".join(portable_command("python", [__file__, *(argv or sys.argv[1:])], ROOT)),
         "host": host_info(),
     }
     if args.commit:  # a device machine's copy of the tree may carry another git history

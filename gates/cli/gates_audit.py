@@ -2,7 +2,10 @@
 assertion, under each of its named mutants; a mutant whose seams do not hold is not run.
 
     gates audit [--contract C] [--gate G] [--out evidence/audit/audit.json] [--files FILE...]
-                [--jobs N] [--no-fork]
+                [--jobs N] [--no-fork] [--no-measurements]
+
+Then each gate's measurement runs under each mutant of its bound tests and must FAIL
+(gates.measurement_audit), unless the contract exempts that mutant with a reason.
 
 Runs go ``--jobs`` at a time (the machine's cores by default), each forked from a warm
 interpreter (gates.forkrun); ``--no-fork`` starts a fresh ``python -m pytest`` per run instead
@@ -17,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from gates import exit_codes, forkrun
+from gates import exit_codes, forkrun, measurement_audit
 from gates.audit import expected_seconds, render_table, run_audit, write_audit_evidence
 from gates.cli.common import positive_int, recorded_command, require_known, valid_contracts
 from gates.validate import find_root
@@ -48,10 +51,29 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print("gates audit: no bound falsification test selected")
         return exit_codes.OK
     print(render_table(rows))
+    measured = []
+    if not args.no_measurements:
+        measured = measurement_audit.run_measurement_audit(
+            root,
+            contracts,
+            contract_id=args.contract,
+            gate_id=args.gate,
+            progress=None if args.quiet else _measurement_progress,
+            jobs=args.jobs,
+            warm=not args.no_fork,
+        )
+        print(measurement_audit.render_table(measured))
     if args.out:
-        write_audit_evidence(root, rows, recorded_command("gates", root), args.out)
+        command = recorded_command("gates", root)
+        write_audit_evidence(root, rows, command, args.out, measured if measured else None)
         print(f"audit evidence written to {args.out}")
-    return exit_codes.OK if all(r.ok for r in rows) else exit_codes.FINDINGS
+    ok = all(r.ok for r in rows) and all(r.ok for r in measured)
+    return exit_codes.OK if ok else exit_codes.FINDINGS
+
+
+def _measurement_progress(row: measurement_audit.MeasurementRow) -> None:
+    shown = row.outcome if row.ok else row.outcome.upper()
+    print(f"  {row.gate} measured under {row.mutant}: {shown}", file=sys.stderr)
 
 
 def add_parser(sub: argparse._SubParsersAction, add_contract_arguments) -> None:
@@ -70,6 +92,11 @@ def add_parser(sub: argparse._SubParsersAction, add_contract_arguments) -> None:
         default=os.cpu_count() or 1,
         metavar="N",
         help="runs at a time (default: the number of CPUs, %(default)s here)",
+    )
+    p.add_argument(
+        "--no-measurements",
+        action="store_true",
+        help="run only the bound tests, not each gate's measurement under their mutants",
     )
     p.add_argument(
         "--no-fork",

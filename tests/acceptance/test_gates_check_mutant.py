@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,33 +15,6 @@ import pytest
 from tests.acceptance import widget_project
 
 CONTRACT = Path("contracts") / "widget-v1.yaml"
-
-#: GATE-WIDGET-001 (line_count >= 3) measured on a fixed 3-line text through the library.
-MEASUREMENT = textwrap.dedent("""\
-    import tempfile
-    from pathlib import Path
-
-    import widget
-    from gates.measure import Measurement, measures
-
-
-    @measures("GATE-WIDGET-001")
-    def three_lines_counted(ctx):
-        with tempfile.TemporaryDirectory() as tmp:
-            text = Path(tmp) / "three.txt"
-            text.write_text("a\\nb\\nc\\n")
-            n = widget.count_lines(text)
-        return Measurement(values={"line_count": (n, "lines")},
-                           workload="widget.count_lines of a fixed 3-line text")
-    """)
-
-#: A bug GATE-WIDGET-001's ">= 3" cannot see (count-off-by-one reads 4) and one it can.
-MORE_MUTANTS = textwrap.dedent("""\
-
-    @mutant("count-nothing")
-    def _nothing(patch):
-        patch.setattr(widget, "count_lines", lambda path: 0)
-    """)
 
 
 def run(root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -59,9 +31,9 @@ def run(root: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     widget_project.build(tmp_path)
-    widget_project.use_measurement_dir(tmp_path, MEASUREMENT)
+    widget_project.use_measurement_dir(tmp_path, widget_project.MEASUREMENT_IN_PROCESS)
     mutants = tmp_path / "tests" / "mutants" / "widget_mutants.py"
-    mutants.write_text(mutants.read_text() + MORE_MUTANTS)
+    mutants.write_text(mutants.read_text() + widget_project.MORE_MUTANTS)
     widget_project.commit_all(tmp_path, "a measurement without an artifact")
     return tmp_path
 

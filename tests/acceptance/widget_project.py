@@ -104,6 +104,44 @@ MEASUREMENT = textwrap.dedent('''\
     ''')
 
 
+#: GATE-WIDGET-001 (line_count >= 3) measured in process on a fixed 3-line text through the
+#: library, where a mutant reaches it; GATE-WIDGET-002 on a text file as MEASUREMENT does.
+MEASUREMENT_IN_PROCESS = textwrap.dedent("""\
+    import tempfile
+    from pathlib import Path
+
+    import widget
+    from gates.measure import Measurement, measures
+
+
+    @measures("GATE-WIDGET-001")
+    def three_lines_counted(ctx):
+        with tempfile.TemporaryDirectory() as tmp:
+            text = Path(tmp) / "three.txt"
+            text.write_text("a\\nb\\nc\\n")
+            n = widget.count_lines(text)
+        return Measurement(values={"line_count": (n, "lines")},
+                           workload="widget.count_lines of a fixed 3-line text")
+
+
+    def on_a_file(ctx):
+        (artifact,) = ctx.artifacts
+        return Measurement(values={"line_count": (widget.count_lines(artifact), "lines")},
+                           workload=f"lines of {artifact.name}")
+
+
+    measures("GATE-WIDGET-002", artifact="text file", check=lambda p: None)(on_a_file)
+    """)
+
+#: A bug GATE-WIDGET-001's ">= 3" cannot see (count-off-by-one reads 4) and one it can.
+MORE_MUTANTS = textwrap.dedent("""\
+
+    @mutant("count-nothing")
+    def _nothing(patch):
+        patch.setattr(widget, "count_lines", lambda path: 0)
+    """)
+
+
 def git(root: Path, *args: str) -> None:
     subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
 

@@ -194,3 +194,18 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_a_run_of_another_commands_main_gets_its_args_and_exit_status(project, warm, tmp_path):
+    """``module``: the fork calls that module's ``main(args)`` instead of pytest's (how the
+    audit measures a gate under a mutant), the project's modules imported afresh."""
+    (project / "tool.py").write_text(
+        "import sys\n\nimport helper\n\n\ndef main(args):\n"
+        "    print('args', args, 'argv', sys.argv[1:], 'value', helper.VALUE)\n"
+        "    return len(args)\n"
+    )
+    (project / "helper.py").write_text("VALUE = 9\n")  # the preloaded 7 is stale
+    (tmp_path / "m").mkdir()
+    done = warm.run(["a", "b"], _env(project, tmp_path), tmp_path / "m", 60, module="tool")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "args ['a', 'b'] argv ['a', 'b'] value 9" in done.stdout

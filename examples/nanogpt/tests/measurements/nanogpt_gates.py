@@ -339,6 +339,8 @@ from pathlib import Path
 import torch
 torch.set_num_threads(1)
 from safetensors.torch import save_file
+from gates import mutants
+mutants.apply_from_env(Path.cwd())  # under `gates audit`, the mutant reaches the resume too
 import nanogpt_model, nanogpt_train
 kept = {}
 def build(config):

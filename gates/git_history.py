@@ -36,6 +36,8 @@ class CommitIndex:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._usable: bool | None = None  # None: not asked yet
+        #: why git cannot tell, once asked and found unusable
+        self.unusable_reason: str | None = None
         self._known: dict[str, bool] = {}
         #: (commit, path) -> sha256 of the file there, "" when there is none
         self._blobs: dict[tuple[str, str], str] = {}
@@ -69,7 +71,13 @@ class CommitIndex:
 
     def _git_usable(self) -> bool:
         out = self._git("rev-parse", "--is-inside-work-tree", "--is-shallow-repository")
-        return out is not None and out.split() == ["true", "false"]
+        answer = (out or "").split()
+        if answer == ["true", "false"]:
+            return True
+        self.unusable_reason = {
+            ("true", "true"): "a shallow clone (fetch the history: git fetch --unshallow)",
+        }.get(tuple(answer), "no git work tree here (git absent, or not a repository)")
+        return False
 
     def _scan_evidence(self) -> set[str]:
         found: set[str] = set()
@@ -93,6 +101,7 @@ class CommitIndex:
         )
         if out is None:
             self._usable = False
+            self.unusable_reason = "git cat-file failed"
             return
         # One line per query, in order: "<sha> commit", or "<query> missing".
         lines = out.splitlines()

@@ -248,6 +248,12 @@ RULES: dict[str, Rule] = {
             "re-measure with `gates promote` at a clean checkout of the commit it records",
         ),
         Rule(
+            "EVIDENCE-NOTHING-MEASURED",
+            _E,
+            "PASS/PARTIAL evidence whose sources do not include its measurement's module",
+            "re-measure with `gates promote`: the run records every file it read",
+        ),
+        Rule(
             "EVIDENCE-ARTIFACT-MISSING",
             _E,
             "an artifact evidence names by path is not under the project root and has no recipe",

@@ -45,6 +45,8 @@ class Validation:
     contracts: list[Contract] = field(default_factory=list)
     #: Paths that could not be read at all (usage / I-O errors, exit 2).
     unreadable: list[str] = field(default_factory=list)
+    #: What pv could not check here and says so rather than pass in silence (no git history).
+    notes: list[str] = field(default_factory=list)
 
 
 def _sibling_contract_ids(paths: Iterable[Path], given: set[Path]) -> set[str]:
@@ -122,6 +124,13 @@ def validate(
     ]
     for contract, issue in cross:
         result.report.extend([_locate(sources[contract.path], issue)])
+    for project_root, index in commits.items():
+        if index.unusable_reason:
+            result.notes.append(
+                f"{project_root}: git cannot tell here, {index.unusable_reason}: evidence "
+                "commits and sources at them were not checked (EVIDENCE-COMMIT-UNKNOWN, "
+                "EVIDENCE-NOT-AT-COMMIT)"
+            )
     return result
 
 

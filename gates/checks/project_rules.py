@@ -86,11 +86,24 @@ def ship_blocking_mutants(c: Contract, root: Path) -> Iterator[Issue]:
 def evidence_agrees(c: Contract, root: Path, commits: CommitIndex | None = None) -> Iterator[Issue]:
     """EVIDENCE-*: a gate's status is what its evidence file shows, and nothing more."""
     commits = commits or CommitIndex(root)
+    measured_in = _measurement_modules(root)
     for gate in c.gates:
-        yield from _gate_evidence(c, gate, root, commits)
+        yield from _gate_evidence(c, gate, root, commits, measured_in)
 
 
-def _gate_evidence(c: Contract, gate: Gate, root: Path, commits: CommitIndex) -> Iterator[Issue]:
+def _measurement_modules(root: Path) -> dict[str, str]:
+    """Gate id -> the module (path under ``root``) that measures it, as far as pv can tell
+    without importing (a function decorated ``@measures("GATE-…")``)."""
+    try:
+        found = project.discover(root, "measurements")
+    except project.ProjectConfigError:
+        return {}  # PROJECT-CONFIG is reported where the mutants are looked up
+    return {gate_id: at.rsplit(":", 1)[0] for gate_id, at in found.items()}
+
+
+def _gate_evidence(
+    c: Contract, gate: Gate, root: Path, commits: CommitIndex, measured_in: dict[str, str]
+) -> Iterator[Issue]:
     needs = gate.status in ("PASS", "PARTIAL", "FAIL")
     if gate.evidence is None:
         if needs:
@@ -128,7 +141,9 @@ def _gate_evidence(c: Contract, gate: Gate, root: Path, commits: CommitIndex) ->
         yield Issue("EVIDENCE-INVALID", where, f"{gate.evidence}: {errors[0]}{more}", at_key=False)
         return
     yield from evidence_mismatches(c, gate, evidence, where)
-    yield from _evidence_honesty(c, gate, evidence, where, root=root, commits=commits)
+    yield from _evidence_honesty(
+        c, gate, evidence, where, root=root, commits=commits, measured_in=measured_in
+    )
 
 
 def evidence_mismatches(c: Contract, gate: Gate, ev: dict, where: tuple) -> Iterator[Issue]:
@@ -183,7 +198,14 @@ def evidence_mismatches(c: Contract, gate: Gate, ev: dict, where: tuple) -> Iter
 
 
 def _evidence_honesty(
-    c: Contract, gate: Gate, ev: dict, where: tuple, *, root: Path, commits: CommitIndex
+    c: Contract,
+    gate: Gate,
+    ev: dict,
+    where: tuple,
+    *,
+    root: Path,
+    commits: CommitIndex,
+    measured_in: dict[str, str],
 ) -> Iterator[Issue]:
     """What a schema-valid evidence record must show about itself, checked without
     re-measuring anything (issue 19): each rule its own checker, so that removing any one
@@ -194,6 +216,7 @@ def _evidence_honesty(
     yield from evidence_sources_at_commit(gate, ev, where, commits)
     yield from evidence_artifacts_exist(gate, ev, where, root)
     yield from evidence_machine_paths(gate, ev, where)
+    yield from evidence_measured(gate, ev, where, measured_in)
 
 
 def evidence_tests_passed(c: Contract, gate: Gate, ev: dict, where: tuple) -> Iterator[Issue]:
@@ -315,6 +338,27 @@ def evidence_machine_paths(gate: Gate, ev: dict, where: tuple) -> Iterator[Issue
             where,
             f"{gate.evidence}: {json_path(at)} records the absolute path {token}"
             + (f" (and {more} more)" if more > 0 and i == _PATHS_NAMED - 1 else ""),
+            at_key=False,
+        )
+
+
+def evidence_measured(
+    gate: Gate, ev: dict, where: tuple, measured_in: dict[str, str]
+) -> Iterator[Issue]:
+    """EVIDENCE-NOTHING-MEASURED: a PASS/PARTIAL records the files its run read (gates.trace),
+    and its measurement's own module is always among them (gates.promotion adds it), so
+    sources without it say nothing was measured: written by hand, or copied from another
+    gate's. Checked where pv finds the measurement without importing (``measured_in``: a
+    function decorated ``@measures("GATE-…")``); empty sources are EVIDENCE-STALE's."""
+    module = measured_in.get(gate.id)
+    if module is None or ev["verdict"] not in ("PASS", "PARTIAL") or not ev.get("sources"):
+        return
+    if module not in {s.get("path") for s in ev["sources"] if isinstance(s, dict)}:
+        yield Issue(
+            "EVIDENCE-NOTHING-MEASURED",
+            where,
+            f"{gate.evidence}: its sources do not include {module}, where {gate.id} is "
+            "measured: nothing says this measurement ran",
             at_key=False,
         )
 

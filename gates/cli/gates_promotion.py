@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from gates import checkrun, exit_codes, files, freshness, measure, promotion
+from gates import at_ref, checkrun, exit_codes, files, freshness, measure, promotion
 from gates.cli.common import (
     UsageError,
     positive_int,
@@ -69,12 +69,14 @@ def _print_check(result: promotion.CheckResult) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    if args.ship_blocking or args.all:
+    if args.ship_blocking or args.all or args.changed_since:
         if args.mutant:
             raise UsageError("--mutant measures one GATE")
         return cmd_check_many(args)
     if args.gate is None:
-        raise UsageError("name the GATE to check, or pass --ship-blocking or --all")
+        raise UsageError(
+            "name the GATE to check, or pass --ship-blocking, --all or --changed-since REF"
+        )
     if args.mutant and (args.out or args.artifact):
         raise UsageError("--mutant measures mutated code: no --out evidence, no --artifact")
     root, contract, gate = _target(args)
@@ -110,17 +112,25 @@ def cmd_check_many(args: argparse.Namespace) -> int:
     gates alone (gates.checkrun), writing nothing; fails unless each one's verdict is the
     status its contract records (PASS; PARTIAL for a PARTIAL gate). A missing artifact is
     rebuilt from its recipe into the cache (gates.recipes). CI runs it at HEAD."""
-    flag = "--ship-blocking" if args.ship_blocking else "--all"
-    if args.ship_blocking and args.all:
-        raise UsageError("--ship-blocking or --all, not both")
+    flags = [
+        f for f, on in (("--ship-blocking", args.ship_blocking), ("--all", args.all),
+                        ("--changed-since", args.changed_since)) if on
+    ]  # fmt: skip
+    if len(flags) > 1:
+        raise UsageError(f"{' or '.join(flags)}, not both")
     if args.gate is not None or args.artifact or args.out:
-        raise UsageError(f"{flag} checks every such gate: drop GATE, --artifact, --out")
+        raise UsageError(f"{flags[0]} checks every such gate: drop GATE, --artifact, --out")
     contracts = valid_contracts(args, "gates", remeasuring=True)
+    changed = _changed_since(args, contracts) if args.changed_since else {}
     jobs = []
     expected: dict[str, str] = {}
     for c in contracts:
         for g in c.gates:
-            chosen = g.ship_blocking if args.ship_blocking else g.status in ("PASS", "PARTIAL")
+            recorded = g.status in ("PASS", "PARTIAL")
+            if args.ship_blocking:
+                chosen = g.ship_blocking
+            else:
+                chosen = recorded and (args.all or g.id in changed)
             if chosen:
                 measurer = measure.lookup(g.id, args.root or find_root(c.path))
                 timed = measurer is not None and measurer.timed
@@ -150,12 +160,35 @@ def cmd_check_many(args: argparse.Namespace) -> int:
     failed = [r.gate_id for r in results if r.verdict != expected[r.gate_id]]
     total = sum(r.seconds for r in results)
     which = "ship-blocking gates" if args.ship_blocking else "gates"
+    if args.changed_since:
+        which = f"gates changed since {args.changed_since}"
     print(
         f"{which} re-measured: {len(results) - len(failed)} of {len(results)} as recorded "
         f"in {wall:.0f} s ({total:.0f} s of runs, {args.jobs} at a time, timed gates alone)"
         + (f"; not as recorded: {', '.join(failed)}" if failed else "")
     )
     return exit_codes.FINDINGS if failed else exit_codes.OK
+
+
+def _changed_since(args: argparse.Namespace, contracts: list) -> dict[str, list[str]]:
+    """Gate id -> why it changed since --changed-since REF; printed, with the changed gates
+    that have no recorded verdict to re-measure."""
+    root = (args.root or find_root(contracts[0].path)).resolve()
+    try:
+        changed = at_ref.changed_gates(root, contracts, args.changed_since)
+    except at_ref.RefError as exc:
+        raise UsageError(str(exc)) from exc
+    status = {g.id: g.status for c in contracts for g in c.gates}
+    for gate_id, why in changed.items():
+        note = (
+            ""
+            if status[gate_id] in ("PASS", "PARTIAL")
+            else f" ({status[gate_id]}: not re-measured)"
+        )
+        print(f"{gate_id} changed since {args.changed_since}: {'; '.join(why)}{note}")
+    if not changed:
+        print(f"no gate changed since {args.changed_since}")
+    return changed
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
@@ -260,6 +293,13 @@ def add_parsers(sub: argparse._SubParsersAction, add_contract_arguments) -> None
         action="store_true",
         help="instead of one GATE: re-measure every PASS/PARTIAL gate, each in its own "
         "process; fails unless each gets the verdict its contract records",
+    )
+    p.add_argument(
+        "--changed-since",
+        metavar="REF",
+        help="instead of one GATE: re-measure every PASS/PARTIAL gate whose contract entry, "
+        "bound tests' entries, evidence or recorded sources differ from git REF (a pull "
+        "request's base)",
     )
     p.add_argument(
         "--jobs",

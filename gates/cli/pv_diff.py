@@ -9,10 +9,9 @@ contract does not own up to with a raised version and a changelog entry naming i
 from __future__ import annotations
 
 import argparse
-import subprocess
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
-from gates import contract_diff, exit_codes, source
+from gates import at_ref, contract_diff, exit_codes
 from gates.cli.common import UsageError
 from gates.validate import find_root
 
@@ -29,59 +28,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def _git(root: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60, check=False
-    )
-    if done.returncode != 0:
-        raise UsageError(f"git {' '.join(args)}: {done.stderr.strip() or 'failed'}")
-    return done.stdout
-
-
-def _by_id(texts: dict[str, str], unreadable: list[str] | None = None) -> dict[str, dict]:
-    """Contract id -> data of every text that parses as a contract. The others are skipped
-    (at REF: what pv thought of them then is history), or listed in ``unreadable``."""
-    out = {}
-    for name, text in sorted(texts.items()):
-        try:
-            data = source.parse_yaml(text, Path(name)).data
-        except source.SourceError as exc:
-            if unreadable is not None:
-                unreadable.append(f"{name}: {exc}")
-            continue
-        cid = data.get("metadata", {}).get("id") if isinstance(data, dict) else None
-        if isinstance(cid, str):
-            out[cid] = data
-        elif unreadable is not None:
-            unreadable.append(f"{name}: no metadata.id")
-    return out
-
-
-def contracts_at(root: Path, ref: str, folders: set[str]) -> dict[str, dict]:
-    """The contracts in ``folders`` (relative to ``root``) as commit ``ref`` holds them."""
-    _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-    names = _git(root, "ls-tree", "-r", "--name-only", ref, "--", *sorted(folders)).splitlines()
-    texts = {}
-    for name in names:
-        if (
-            PurePosixPath(name).suffix == ".yaml"
-            and PurePosixPath(name).parent.as_posix() in folders
-        ):
-            texts[name] = _git(root, "show", f"{ref}:./{name}")
-    return _by_id(texts)
-
-
 def run(args: argparse.Namespace) -> int:
     files = args.files or sorted(Path("contracts").glob("*.yaml"))
     if not files:
         raise UsageError("no contract files given and none in contracts/")
     root = (args.root or find_root(files[0])).resolve()
     unreadable: list[str] = []
-    now = _by_id({str(f): f.read_text(encoding="utf-8") for f in files}, unreadable)
+    now = at_ref.by_id({str(f): f.read_text(encoding="utf-8") for f in files}, unreadable)
     if unreadable:  # what it would remove is unknown: no verdict (pv validate says more)
         raise UsageError("cannot diff a contract that does not parse: " + "; ".join(unreadable))
     folders = {f.resolve().parent.relative_to(root).as_posix() for f in files}
-    before = contracts_at(root, args.ref, folders)
+    try:
+        before = at_ref.contracts_at(root, args.ref, folders)
+    except at_ref.RefError as exc:
+        raise UsageError(str(exc)) from exc
     problems: list[str] = []
     changes = 0
     for cid in sorted(before.keys() | now.keys()):

@@ -28,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"pv: error: {message}", file=sys.stderr)
     if result.report.files:
         print(render(result.report, args.format))
+    for note in result.notes:  # on stderr: --format json's stdout stays one document
+        print(f"pv: note: {note}", file=sys.stderr)
     if result.unreadable:
         return exit_codes.USAGE
     failing = result.report.errors or (args.strict and result.report.warnings)

@@ -264,3 +264,70 @@ def test_forged_evidence_does_not_stop_the_re_measurement_that_fixes_it(project:
     widget_project.commit_all(project, "a contract error")
     proc = run(project, "gates", "promote", "GATE-WIDGET-001", "--files", str(CONTRACT))
     assert proc.returncode == 1 and "SCHEMA-ENUM" in proc.stderr, proc.stderr
+
+
+def test_check_changed_since_re_measures_only_the_gates_a_change_reaches(project: Path):
+    """`--changed-since REF` (a pull request's job): a gate whose recorded sources, evidence,
+    contract entry or bound tests' entries differ from REF, working tree included; a gate
+    with no recorded verdict is named, not run; an unknown REF is a usage error."""
+    widget_project.commit_all(project, "the promotion")
+    none = run(project, "gates", "check", "--changed-since", "HEAD", "--files", str(CONTRACT))
+    assert none.returncode == 0, none.stdout + none.stderr
+    assert "no gate changed since HEAD" in none.stdout and "== gates check" not in none.stdout
+
+    (project / "unread.txt").write_text("changed, and still read by nothing\n")
+    (project / "data" / "lines.txt").write_text(lines(6))  # read by GATE-WIDGET-001's child
+    source = run(project, "gates", "check", "--changed-since", "HEAD", "--files", str(CONTRACT))
+    assert source.returncode == 0, source.stdout + source.stderr
+    assert "GATE-WIDGET-001 changed since HEAD: sources data/lines.txt\n" in source.stdout
+    assert "== gates check GATE-WIDGET-001" in source.stdout
+    assert "gates changed since HEAD re-measured: 1 of 1 as recorded" in source.stdout
+    widget_project.commit_all(project, "six lines")
+
+    original = (project / CONTRACT).read_text()
+    text = original.replace("rule: the artifact has at most a hundred lines", "rule: at most 100")
+    (project / CONTRACT).write_text(text.replace('prediction: "3"', "prediction: three"))
+    entry = run(project, "gates", "check", "--changed-since", "HEAD", "--files", str(CONTRACT))
+    assert entry.returncode == 0, entry.stdout + entry.stderr
+    assert "GATE-WIDGET-001 changed since HEAD: FALSIFY-WIDGET-001's entry\n" in entry.stdout
+    assert (
+        "GATE-WIDGET-002 changed since HEAD: its contract entry; FALSIFY-WIDGET-001's entry "
+        "(PENDING: not re-measured)" in entry.stdout
+    )
+    assert "== gates check GATE-WIDGET-002" not in entry.stdout
+
+    (project / CONTRACT).write_text(original)
+    evidence = json.loads((project / EVIDENCE).read_text())
+    (project / EVIDENCE).write_text(json.dumps(evidence, indent=1) + "\n")  # same, re-spaced
+    ev = run(project, "gates", "check", "--changed-since", "HEAD", "--files", str(CONTRACT))
+    assert f"GATE-WIDGET-001 changed since HEAD: its evidence {EVIDENCE.as_posix()}\n" in ev.stdout
+    assert "GATE-WIDGET-002" not in ev.stdout
+
+    bad = run(project, "gates", "check", "--changed-since", "no-such-ref", "--files", str(CONTRACT))
+    assert bad.returncode == 2 and "no-such-ref" in bad.stderr
+    both = run(project, "gates", "check", "--all", "--changed-since", "HEAD")
+    assert both.returncode == 2 and "--all or --changed-since, not both" in both.stderr
+
+
+def test_pv_says_so_where_git_cannot_tell_evidence_from_its_commit(project: Path, tmp_path: Path):
+    """Evidence is compared with its commit through git; where git cannot tell (a shallow
+    clone, a copy without .git) pv notes what it did not check instead of passing in silence."""
+    widget_project.commit_all(project, "the promotion")
+    with_git = run(project, "pv", "validate", str(CONTRACT))
+    assert with_git.returncode == 0, with_git.stdout + with_git.stderr
+    assert "git cannot tell" not in with_git.stderr
+
+    shallow = tmp_path / "shallow"
+    subprocess.run(
+        ["git", "clone", "-q", "--depth", "1", f"file://{project}", str(shallow)], check=True
+    )
+    note = run(shallow, "pv", "validate", str(CONTRACT))
+    assert note.returncode == 0, note.stdout + note.stderr
+    assert "git cannot tell here, a shallow clone" in note.stderr
+    assert "EVIDENCE-NOT-AT-COMMIT" in note.stderr
+
+    copy = tmp_path / "copy"
+    shutil.copytree(project, copy, ignore=shutil.ignore_patterns(".git"))
+    bare = run(copy, "pv", "validate", str(CONTRACT), "--format", "json")
+    assert "git cannot tell here, no git work tree" in bare.stderr
+    json.loads(bare.stdout)  # the note stays off the JSON document

@@ -23,12 +23,22 @@ GATE = CONTRACT.gate("GATE-DEMO-001")
 EVIDENCE = json.loads((ROOT / "evidence" / "C-DEMO" / "GATE-DEMO-001.json").read_text())
 
 
-def rules(ev: dict) -> list[str]:
+def rules(ev: dict, measured_in: dict[str, str] | None = None) -> list[str]:
     where = (*GATE.where, "evidence")
     issues = project_rules._evidence_honesty(
-        CONTRACT, GATE, ev, where, root=ROOT, commits=CommitIndex(ROOT)
-    )
+        CONTRACT, GATE, ev, where, root=ROOT, commits=CommitIndex(ROOT),
+        measured_in=measured_in or {},
+    )  # fmt: skip
     return [i.rule for i in issues]
+
+
+def test_evidence_whose_sources_miss_its_measurement_says_nothing_was_measured():
+    """The fixture's GATE-DEMO-001 has no measurement pv can find; say it lives in
+    tests/test_demo.py (recorded) or tests/demo_gates.py (not)."""
+    assert rules(EVIDENCE, {"GATE-DEMO-001": "tests/test_demo.py"}) == []
+    elsewhere = {"GATE-DEMO-001": "tests/demo_gates.py"}
+    assert rules(EVIDENCE, elsewhere) == ["EVIDENCE-NOTHING-MEASURED"]
+    assert rules(EVIDENCE, {"GATE-DEMO-002": "tests/demo_gates.py"}) == []  # another gate's
 
 
 def forged(change) -> dict:

@@ -138,15 +138,22 @@ def _ram_bytes() -> int:
         return 0
 
 
-def host_info(extra_packages: tuple[str, ...] = ()) -> dict:
-    """The machine a measurement ran on: the framework's packages, plus those the project
-    lists in ``[tool.shipgate] packages``. torch is only read if already installed."""
+def package_versions(extra_packages: tuple[str, ...] = ()) -> dict[str, str]:
+    """Installed version of each of the framework's packages and of those the project lists
+    in ``[tool.shipgate] packages``; one not installed is left out."""
     packages = {}
     for name in dict.fromkeys((*PACKAGES, *extra_packages)):
         try:
             packages[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             continue
+    return packages
+
+
+def host_info(extra_packages: tuple[str, ...] = ()) -> dict:
+    """The machine a measurement ran on: the framework's packages, plus those the project
+    lists in ``[tool.shipgate] packages``. torch is only read if already installed."""
+    packages = package_versions(extra_packages)
     gpu = None
     try:
         out = (

@@ -61,7 +61,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from gates import atomic, files, freshness, jsonfile, trace
+from gates import atomic, evidence, files, freshness, jsonfile, project, trace
 from gates.files import atomic_write_text, update_digest
 
 CACHE_ENV = "SHIPGATE_CACHE"
@@ -246,8 +246,15 @@ def record(recipe: Recipe, root: Path) -> dict:
 
 def key(recipe: Recipe, root: Path) -> str:
     """What a build depends on, as far as the framework can see: the recorded recipe (its
-    inputs by content) and the interpreter's version."""
-    data = record(recipe, root) | {"python": sys.version, "env": dict(recipe.env)}
+    inputs by content), the interpreter's version and the installed versions of the
+    framework's and the project's listed packages (torch upgraded: another key, a rebuild).
+    The code it runs is checked when an entry is served (its build record's sources)."""
+    packages = evidence.package_versions(project.load_config(root).packages)
+    data = record(recipe, root) | {
+        "python": sys.version,
+        "env": dict(recipe.env),
+        "packages": packages,
+    }
     return hashlib.sha256(_canonical(data)).hexdigest()
 
 

@@ -531,3 +531,23 @@ def test_a_volatile_file_nested_200000_deep_is_an_error_naming_it(tmp_path, name
         pytest.fail(f"digest crashed: {exc!r}")
     else:
         pytest.fail("digested a volatile file nested 200,000 deep")
+
+
+def test_another_installed_version_of_a_listed_package_is_another_build(project, monkeypatch):
+    """The cache key holds the installed versions of the framework's and the project's
+    listed packages: after an upgrade (torch here) the entry built by the old one is not
+    served, and a rebuild is what gets measured."""
+    root, _ = project
+    notes: list[str] = []
+    first = _obtain(root, notes)
+    assert first.source == "built" and _obtain(root, notes).source == "cache"
+    installed = evidence.metadata.version
+
+    def upgraded(name: str) -> str:
+        return "99.0.0" if name == "torch" else installed(name)
+
+    monkeypatch.setattr(evidence.metadata, "version", upgraded)
+    assert evidence.package_versions()["torch"] == "99.0.0"
+    assert _obtain(root, notes).source == "built"
+    monkeypatch.setattr(evidence.metadata, "version", installed)
+    assert _obtain(root, notes).source == "cache"  # the old entry is still the old key's

@@ -55,10 +55,7 @@ def edit_contract(root: Path, old: str, new: str) -> None:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    widget_project.build(tmp_path)
-    widget_project.use_measurement_dir(tmp_path, widget_project.MEASUREMENT_IN_PROCESS)
-    mutants = tmp_path / "tests" / "mutants" / "widget_mutants.py"
-    mutants.write_text(mutants.read_text() + widget_project.MORE_MUTANTS)
+    widget_project.build_measured_in_process(tmp_path)
     edit_contract(
         tmp_path,
         "    mutants:\n      - id: count-off-by-one\n        description: count_lines adds one\n",

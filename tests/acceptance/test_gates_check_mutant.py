@@ -30,10 +30,7 @@ def run(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    widget_project.build(tmp_path)
-    widget_project.use_measurement_dir(tmp_path, widget_project.MEASUREMENT_IN_PROCESS)
-    mutants = tmp_path / "tests" / "mutants" / "widget_mutants.py"
-    mutants.write_text(mutants.read_text() + widget_project.MORE_MUTANTS)
+    widget_project.build_measured_in_process(tmp_path)
     widget_project.commit_all(tmp_path, "a measurement without an artifact")
     return tmp_path
 

@@ -142,6 +142,17 @@ MORE_MUTANTS = textwrap.dedent("""\
     """)
 
 
+def build_measured_in_process(root: Path) -> Path:
+    """The project built, then given MEASUREMENT_IN_PROCESS and MORE_MUTANTS (left for the
+    caller to commit): where the mutants-against-measurements tests start. Returns the
+    contract path."""
+    contract = build(root)
+    use_measurement_dir(root, MEASUREMENT_IN_PROCESS)
+    mutants = root / "tests" / "mutants" / "widget_mutants.py"
+    mutants.write_text(mutants.read_text() + MORE_MUTANTS)
+    return contract
+
+
 def git(root: Path, *args: str) -> None:
     subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
 

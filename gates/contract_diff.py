@@ -6,9 +6,11 @@ each gate, invariant, falsification test and mutant by its id. A change is one o
 - **weakening** — a threshold loosened (``<=``/``<`` raised, ``>=``/``>`` lowered, ``==``
   moved, or its metric, unit or comparator changed), a gate, invariant, falsification test,
   mutant or whole contract removed, ``ship_blocking`` dropped, a gate's falsification test
-  unbound from it: each needs the contract's version raised **and** a changelog entry of a
-  newer version that names the id (the seed project's own practice: bpe-training-perf
-  v1.1.0 -> v1.2.0 amended GATE-003's bound with a bump and an entry saying why);
+  unbound from it, a mutant newly exempted from a gate's measurement (``measurement_exempt``:
+  the audit stops asking the measurement to catch it): each needs the contract's version
+  raised **and** a changelog entry of a newer version that names the id (the seed
+  project's own practice: bpe-training-perf v1.1.0 -> v1.2.0 amended GATE-003's bound
+  with a bump and an entry saying why);
 - **other** — a threshold tightened, something added, a status changed, evidence replaced:
   listed, never an error.
 
@@ -92,11 +94,25 @@ def _gate_changes(cid: str, gid: str, old: dict, new: dict) -> list[Change]:
     dropped = sorted(rested_on - set(new.get("falsification_tests") or []))
     if dropped:
         out.append(Change(cid, gid, f"no longer rests on {', '.join(dropped)}", True))
+    exempted = sorted(_exempt_mutants(new) - _exempt_mutants(old))
+    if exempted:
+        out.append(Change(cid, gid, f"measurement exempt from {', '.join(exempted)}", True))
     if old.get("status") != new.get("status"):
         out.append(Change(cid, gid, f"status {old.get('status')} -> {new.get('status')}", False))
     if old.get("evidence") != new.get("evidence"):
         out.append(Change(cid, gid, "evidence file replaced", False))
     return out
+
+
+def _exempt_mutants(gate: dict) -> set[str]:
+    """The mutants a gate's ``measurement_exempt`` entries name."""
+    entries = gate.get("measurement_exempt")
+    return {
+        str(m)
+        for e in (entries if isinstance(entries, list) else [])
+        if isinstance(e, dict) and isinstance(e.get("mutants"), list)
+        for m in e["mutants"]
+    }
 
 
 def compare(before: dict | None, after: dict | None) -> list[Change]:

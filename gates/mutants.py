@@ -64,19 +64,39 @@ def load(root: Path) -> None:
     project.import_all(root, "mutants")
 
 
+class UnknownMutantError(LookupError):
+    """No mutant of that id is declared under the root; the message names some that are."""
+
+
+def apply(root: Path, mutant_id: str):
+    """Apply the declared mutant ``mutant_id`` in this process; returns its MonkeyPatch
+    (undo it to restore the real code). Raises UnknownMutantError when none is declared."""
+    import pytest  # noqa: PLC0415 - a mutant patches through pytest.MonkeyPatch
+
+    load(root)
+    impl = REGISTRY.get(mutant_id)
+    if impl is None:
+        known = ", ".join(sorted(REGISTRY)[:5])
+        raise UnknownMutantError(
+            f"no mutant {mutant_id!r} is declared under {root} (some: {known})"
+        )
+    patch = pytest.MonkeyPatch()
+    try:
+        impl(patch)
+    except BaseException:
+        patch.undo()  # half a mutant is not left behind
+        raise
+    return patch
+
+
 def apply_from_env(root: Path):
     """Apply the mutant named by $SHIPGATE_MUTANT in this process, as the pytest plugin
     does; for child processes of a test or a measurement. Returns the MonkeyPatch (None
     when the variable is unset), so the caller can undo it."""
-    import pytest  # noqa: PLC0415 - only child processes under audit need it
-
     mutant_id = os.environ.get(ENV_VAR)
     if not mutant_id:
         return None
-    load(root)
-    impl = REGISTRY.get(mutant_id)
-    if impl is None:
-        raise SystemExit(f"{ENV_VAR}={mutant_id}: no such mutant under {root}")
-    patch = pytest.MonkeyPatch()
-    impl(patch)
-    return patch
+    try:
+        return apply(root, mutant_id)
+    except UnknownMutantError as exc:
+        raise SystemExit(f"{ENV_VAR}={mutant_id}: {exc}") from None

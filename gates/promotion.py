@@ -365,16 +365,11 @@ def _mutated(root: Path, mutant_id: str | None) -> Iterator[None]:
     if mutant_id is None:
         yield
         return
-    import pytest  # noqa: PLC0415 - a mutant patches through pytest.MonkeyPatch
-
-    mutants.load(root)
-    impl = mutants.REGISTRY.get(mutant_id)
-    if impl is None:
-        known = ", ".join(sorted(mutants.REGISTRY)[:5])
-        raise RefusedError(f"no mutant {mutant_id!r} is declared under {root} (some: {known})")
-    patch = pytest.MonkeyPatch()
     try:
-        impl(patch)
+        patch = mutants.apply(root, mutant_id)
+    except mutants.UnknownMutantError as exc:
+        raise RefusedError(str(exc)) from None
+    try:
         # and in the measurement's child processes that apply it (mutants.apply_from_env)
         patch.setenv(mutants.ENV_VAR, mutant_id)
         yield

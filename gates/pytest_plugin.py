@@ -31,16 +31,14 @@ def pytest_configure(config: pytest.Config) -> None:
     mutant_id = os.environ.get(mutants.ENV_VAR)
     if not mutant_id:
         return
-    mutants.load(config.rootpath)
-    impl = mutants.REGISTRY.get(mutant_id)
-    if impl is None:
+    try:
+        patch = mutants.apply(config.rootpath, mutant_id)
+    except mutants.UnknownMutantError:
         raise pytest.UsageError(
             f"{mutants.ENV_VAR}={mutant_id}: no @mutant({mutant_id!r}) under "
             "the [tool.shipgate] mutants directories of "
             f"{config.rootpath / project.PYPROJECT}"
-        )
-    patch = pytest.MonkeyPatch()
-    impl(patch)
+        ) from None
     config.add_cleanup(patch.undo)
 
 

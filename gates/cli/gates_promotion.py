@@ -11,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from gates import at_ref, checkrun, exit_codes, files, freshness, measure, promotion
+from gates import at_ref, checkrun, evidence, exit_codes, files, freshness, measure, promotion
+from gates.checks.project_rules import evidence_mismatches
 from gates.cli.common import (
     UsageError,
     positive_int,
@@ -218,11 +219,26 @@ def cmd_promote(args: argparse.Namespace) -> int:
     return exit_codes.OK
 
 
+def _out_of_date(root: Path, contract: Contract, gate: Gate) -> str | None:
+    """Why a PASS/PARTIAL gate's evidence must be re-measured: it is stale (gates.freshness),
+    or it no longer agrees with its contract (EVIDENCE-MISMATCH: a threshold changed, a
+    test bound or unbound since); None when neither."""
+    why = freshness.gate_staleness(root, gate)
+    if why is not None or gate.status not in ("PASS", "PARTIAL") or not gate.evidence:
+        return why
+    try:
+        recorded = evidence.load(root / gate.evidence)
+    except evidence.EvidenceError:
+        return None  # unreadable or invalid evidence: pv's other rules name it
+    disagree = [i.message for i in evidence_mismatches(contract, gate, recorded, ())]
+    return f"its evidence disagrees with the contract: {disagree[0]}" if disagree else None
+
+
 def cmd_promote_stale(args: argparse.Namespace) -> int:
     """`gates promote --stale`: re-promote, to its current status, every PASS/PARTIAL gate
-    whose evidence is stale (gates.freshness), each in a fresh `gates promote` process: a
-    module an earlier gate imported in this process would not be opened, so not traced,
-    again (gates.trace)."""
+    whose evidence is stale (gates.freshness) or disagrees with its contract, each in a
+    fresh `gates promote` process: a module an earlier gate imported in this process would
+    not be opened, so not traced, again (gates.trace)."""
     if args.gate is not None or args.artifact or args.to:
         raise UsageError(
             "--stale re-promotes every stale gate to its status: drop GATE, --artifact and --to"
@@ -232,7 +248,7 @@ def cmd_promote_stale(args: argparse.Namespace) -> int:
         (c, g, why)
         for c in contracts
         for g in c.gates
-        if (why := freshness.gate_staleness(args.root or find_root(c.path), g)) is not None
+        if (why := _out_of_date(args.root or find_root(c.path), c, g)) is not None
     ]
     if not stale:
         print("no gate is stale")

@@ -180,6 +180,30 @@ def test_promote_stale_refreshes_every_stale_gate(project: Path):
     assert run(project, "gates", "promote", "--stale").stdout.strip() == "no gate is stale"
 
 
+def test_promote_stale_re_measures_a_gate_whose_threshold_changed(project: Path):
+    """A threshold edited in the contract leaves the evidence measured against the old one
+    (EVIDENCE-MISMATCH, not stale): --stale re-measures it too, and leaves the others."""
+    contract = project / CONTRACT
+    old = 'threshold: {metric: line_count, comparator: ">=", value: 3, unit: lines}'
+    assert old in contract.read_text()
+    contract.write_text(contract.read_text().replace(old, old.replace("value: 3", "value: 2")))
+    widget_project.commit_all(project, "a lower bound")
+    assert "EVIDENCE-MISMATCH" in run(project, "pv", "validate", str(CONTRACT)).stdout
+
+    dry = run(project, "gates", "promote", "--stale", "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert len(dry.stdout.splitlines()) == 1, dry.stdout  # the one gate out of date
+    assert "GATE-WIDGET-001: PASS, stale: its evidence disagrees with the contract" in dry.stdout
+
+    proc = run(project, "gates", "promote", "--stale")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "GATE-WIDGET-001: re-promoted to PASS" in proc.stdout
+    after = run(project, "pv", "validate", str(CONTRACT))
+    assert after.returncode == 0 and "EVIDENCE-MISMATCH" not in after.stdout, after.stdout
+    assert json.loads((project / EVIDENCE).read_text())["threshold"]["value"] == 2
+    assert run(project, "gates", "promote", "--stale").stdout.strip() == "no gate is stale"
+
+
 def test_promote_stale_fails_naming_a_gate_that_no_longer_passes(project: Path):
     (project / "data" / "lines.txt").write_text(lines(2))
     widget_project.commit_all(project, "too few lines")

@@ -102,8 +102,24 @@ def test_a_loosening_owned_up_to_passes_and_is_still_listed(project):
 def test_every_kind_of_weakening_needs_the_bump(project, change, said):
     edit(project, change)
     done = pv_diff(project)
-    assert done.returncode == 1, done.stdout
+    assert done.returncode == 1, done.stdout + done.stderr
     assert said in done.stdout
+
+
+def test_a_mutant_newly_exempted_from_a_measurement_needs_the_bump(project):
+    """``measurement_exempt`` stops the audit asking the gate's measurement to catch a
+    mutant: a weakening, like removing the mutant."""
+    line = next(x for x in (project / CONTRACT).read_text().splitlines() if "ship_blocking" in x)
+    indent = line[: len(line) - len(line.lstrip())]
+    exempt = (
+        f"{line}\n{indent}measurement_exempt:\n"
+        f"{indent}  - {{mutants: [count-off-by-one], reason: the metric cannot see it}}"
+    )
+    edit(project, (line, exempt))
+    done = pv_diff(project)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "GATE-WIDGET-001: measurement exempt from count-off-by-one (weakens)" in done.stdout
+    assert "without raising the contract's version" in done.stdout
 
 
 def test_tightening_and_unrelated_edits_pass(project):

@@ -89,10 +89,21 @@ class ExportReport:
     files: tuple[str, ...]
 
 
+def _bytes_of(t: torch.Tensor) -> torch.Tensor:
+    """A tensor's bytes (row-major) as a flat uint8 tensor, without a copy where it is
+    already contiguous on the CPU."""
+    return t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+
+
 def tensor_sha256(t: torch.Tensor) -> str:
     """sha256 of a tensor's bytes (row-major): bitwise identity, NaN and -0.0 included."""
-    flat = t.detach().to("cpu").contiguous().reshape(-1)
-    return hashlib.sha256(flat.view(torch.uint8).numpy().tobytes()).hexdigest()
+    return hashlib.sha256(memoryview(_bytes_of(t).numpy())).hexdigest()
+
+
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same dtype, shape and bytes (NaN payloads and -0.0 included): what comparing
+    ``tensor_sha256`` of both says, without hashing either."""
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bytes_of(a), _bytes_of(b))
 
 
 def _weights_to_export(model: llama.Llama) -> dict[str, torch.Tensor]:
@@ -110,11 +121,7 @@ def _export_problems(tensors: dict[str, torch.Tensor], model: llama.Llama) -> li
         problems.append(f"empty tensors {', '.join(empty[:_LISTED])}")
     problems.extend(_non_finite_problems(tensors))
     live = model.state_dict()
-    differ = [
-        n
-        for n, t in tensors.items()
-        if n in live and (t.dtype != live[n].dtype or tensor_sha256(t) != tensor_sha256(live[n]))
-    ]
+    differ = [n for n, t in tensors.items() if n in live and not bitwise_equal(t, live[n])]
     if differ:
         problems.append(f"not the live weights: {', '.join(differ[:_LISTED])}")
     return problems
@@ -143,7 +150,7 @@ def _written_problems(path: Path, model: llama.Llama) -> list[str]:
         if names != set(live):
             problems.append(f"{len(names)} tensors written, the model has {len(live)}")
         for name in sorted(names & set(live)):
-            if tensor_sha256(fh.get_tensor(name)) != tensor_sha256(live[name]):
+            if not bitwise_equal(fh.get_tensor(name), live[name]):
                 problems.append(f"{name} does not hash to the live weights")
     return problems
 

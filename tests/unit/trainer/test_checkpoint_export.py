@@ -125,3 +125,16 @@ def test_the_exporter_refuses_an_empty_or_misshapen_state_and_a_wrong_tokenizer_
     with pytest.raises(ExportError, match="not an empty directory"):
         export_model(model, out)
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def test_bitwise_equal_is_byte_identity_not_float_equality():
+    """What the exporter's "the live weights" checks compare: bytes, dtype and shape, so a
+    -0.0 for 0.0 or a reshaped tensor is not the weight, and a NaN is itself."""
+    x = torch.tensor([0.0, 1.5, float("nan")])
+    assert export.bitwise_equal(x, x.clone())
+    assert export.bitwise_equal(x[::2], torch.tensor([0.0, float("nan")]))  # strided view
+    assert not export.bitwise_equal(x, torch.tensor([-0.0, 1.5, float("nan")]))
+    assert not export.bitwise_equal(x, x.to(torch.float64))
+    assert not export.bitwise_equal(x[:2], x[:2].reshape(2, 1))
+    assert not export.bitwise_equal(x[:2], torch.tensor([0.0, 1.5000001]))
+    assert export.tensor_sha256(x[::2]) == export.tensor_sha256(torch.tensor([0.0, float("nan")]))

@@ -145,8 +145,21 @@ def _from_recipe(root: Path, recipe: recipes.Recipe, want: str | None) -> recipe
         raise RefusedError(f"cannot rebuild the artifact from its recipe: {exc}") from None
 
 
+def _build_record(root: Path, recipe: recipes.Recipe, sha256: str) -> tuple[dict, ...] | None:
+    """What built the artifact whose digest is ``sha256`` from the code as it is: the build
+    sources of its cache entry (content-addressed: the same bytes, built by the recipe from
+    this tree), or None when no entry of that digest was built from this tree."""
+    hit = recipes.cached(recipes.cache_dir(root), sha256, recipe, root)
+    return hit[1] if hit is not None else None
+
+
 def _resolve_artifacts(
-    root: Path, gate: Gate, measurer: measure.Measurer, given: list[Path]
+    root: Path,
+    gate: Gate,
+    measurer: measure.Measurer,
+    given: list[Path],
+    *,
+    require_build_record: bool = False,
 ) -> tuple[list[ArtifactRef], list[str]]:
     """Artifacts to measure, each with its evidence entry, and notes for the evidence.
 
@@ -154,7 +167,14 @@ def _resolve_artifacts(
     recorded path when it is there and digests the same; else, when the measurer has a
     recipe, the cache entry of the recorded digest, else a rebuild from the recipe (noted
     when its digest differs); without a recipe, a missing or changed artifact is refused.
-    A gate with a recipe and no evidence yet is measured on the recipe's artifact."""
+    A gate with a recipe and no evidence yet is measured on the recipe's artifact.
+
+    An artifact is a function of the code that built it. For a gate with a recipe, a path's
+    build record is the one its evidence entry keeps (while those files hash the same) or
+    the cache entry of its digest; a recorded path built from other code is rebuilt, and a
+    given path with no build record from this tree is measured as is with a note, or, with
+    ``require_build_record`` (a promotion: the contract's own evidence), refused. A gate
+    without a recipe has nothing that could build its artifact: it is measured as is."""
     recipe = measurer.recipe
     if measurer.artifact is None:
         if given:
@@ -170,9 +190,10 @@ def _resolve_artifacts(
 
     if given:
         for path in given:
-            if not path.exists():
-                raise RefusedError(f"artifact {path} does not exist")
-            add(path, *_digest(path, recipe))
+            found = _given_artifact(
+                root, gate, recipe, path, require_build_record=require_build_record, notes=notes
+            )
+            add(path, *found)
     else:
         recorded = _recorded_artifacts(root, gate)
         if not recorded and recipe is None:
@@ -188,15 +209,22 @@ def _resolve_artifacts(
             path = (root / ref["path"]) if ref.get("path") else None
             if path is not None and path.exists():
                 now, size = _digest(path, recipe)
-                if now == ref["sha256"]:
-                    add(path, now, size)
+                built_from = _recorded_build(root, recipe, ref) if now == ref["sha256"] else None
+                if built_from is not None:
+                    add(path, now, size, built_from)
                     continue
                 if recipe is None:
                     raise RefusedError(
                         f"artifact {shown} no longer matches {gate.evidence}: "
                         f"sha256 {now[:12]}… != recorded {ref['sha256'][:12]}…"
                     )
-                _log(f"gates: artifact {shown} no longer digests as {gate.evidence} records")
+                if now == ref["sha256"]:
+                    _log(
+                        f"gates: artifact {shown} was not built from the code as it is "
+                        f"({_changed_build(root, ref)}): rebuilt from its recipe"
+                    )
+                else:
+                    _log(f"gates: artifact {shown} no longer digests as {gate.evidence} records")
             elif recipe is None:
                 raise RefusedError(f"artifact {shown} recorded in {gate.evidence} is gone")
             elif path is not None:
@@ -217,6 +245,57 @@ def _resolve_artifacts(
         if reason:
             raise RefusedError(f"artifact {path} is not a {measurer.artifact}: {reason}")
     return refs, notes
+
+
+def _given_artifact(
+    root: Path,
+    gate: Gate,
+    recipe: recipes.Recipe | None,
+    path: Path,
+    *,
+    require_build_record: bool,
+    notes: list[str],
+) -> tuple[str, int, tuple[dict, ...]]:
+    """A ``--artifact`` path's digest, bytes and build record (see _resolve_artifacts);
+    a note is added when it is measured with none."""
+    if not path.exists():
+        raise RefusedError(f"artifact {path} does not exist")
+    sha256, size = _digest(path, recipe)
+    built_from = _build_record(root, recipe, sha256) if recipe is not None else ()
+    if built_from is None:
+        why = (
+            f"artifact {path}: nothing records that {gate.id}'s recipe built it from "
+            f"the code as it is (no build of sha256 {sha256[:12]}… from this tree)"
+        )
+        if require_build_record:
+            raise RefusedError(
+                f"{why}; its evidence would vouch for code that may not have made it. "
+                f"Promote without --artifact to measure the recipe's own build"
+            )
+        note = f"{why}: measured as is"
+        _log(f"gates: {note}")
+        notes.append(note)
+    return sha256, size, built_from or ()
+
+
+def _recorded_build(
+    root: Path, recipe: recipes.Recipe | None, ref: dict
+) -> tuple[dict, ...] | None:
+    """The build record of a recorded path artifact that still digests as recorded: ``()``
+    without a recipe (nothing could build it); else the entry's ``build_sources`` while
+    they hash the same, or the cache entry of its digest; None: not built from this tree."""
+    if recipe is None:
+        return ()
+    recorded = tuple(ref.get("build_sources") or ())
+    if recorded:
+        return None if recipes.changed_sources(root, recorded) else recorded
+    return _build_record(root, recipe, ref["sha256"])
+
+
+def _changed_build(root: Path, ref: dict) -> str:
+    recorded = ref.get("build_sources") or ()
+    changed = recipes.changed_sources(root, recorded) if recorded else ""
+    return changed or "nothing records what built it"
 
 
 def _digest(path: Path, recipe: recipes.Recipe | None) -> tuple[str, int]:
@@ -243,6 +322,7 @@ def check(
     want: str | None = None,
     allow_dirty: str | None = None,
     mutant: str | None = None,
+    require_build_record: bool = False,
 ) -> CheckResult:
     """Run the gate's bound tests and measurement; the verdict is ``want`` (PASS/PARTIAL) when
     everything holds, else FAIL. Without ``want``, what the measurement says: PARTIAL when it
@@ -272,7 +352,9 @@ def check(
             f"mutant applied here does not reach its build; its bound tests meet {mutant} "
             "under `gates audit`"
         )
-    refs, artifact_notes = _resolve_artifacts(root, gate, measurer, artifacts)
+    refs, artifact_notes = _resolve_artifacts(
+        root, gate, measurer, artifacts, require_build_record=require_build_record
+    )
     reasons: list[str] = []
 
     with traced:
@@ -413,6 +495,7 @@ def promote(
             contract_version=new_version,
             want=to,
             allow_dirty=allow_dirty,
+            require_build_record=True,
         )
         if result.verdict != to:
             raise RefusedError(

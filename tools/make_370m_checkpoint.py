@@ -2,8 +2,10 @@
 
     gates promote GATE-ARCH-370M-002      # rebuilds it (recipe CHECKPOINT_370M) if missing
     python tools/make_370m_checkpoint.py --out runs/gates/arch-370m          # or by hand:
-    gates promote GATE-ARCH-370M-002 --artifact runs/gates/arch-370m/checkpoints/step-00000002
-    gates promote GATE-ARCH-370M-005 --artifact runs/gates/arch-370m/checkpoints/step-00000002
+    gates check GATE-ARCH-370M-002 --artifact runs/gates/arch-370m/checkpoints/step-00000002
+
+(A promotion measures only an artifact a build from the tree made: a directory made by hand
+is checked as is, and the check says that nothing records its build.)
 
 FALSIFY-ARCH-370M-010 asks for "a real checkpoint written by the training loop after two
 optimizer steps of the 370M model (CPU, micro_batch 1, seq_len 128)". This tool runs
@@ -137,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bytes      {size}")
     print(f"seconds    {elapsed:.1f}")
     print(f"settings   {SETTINGS_NOTE}")
-    print(f"next       gates promote GATE-ARCH-370M-002 --artifact {path}")
+    print(f"next       gates check GATE-ARCH-370M-002 --artifact {path}")
     return 0
 
 

@@ -3,7 +3,7 @@ real run of `trainer apply`, with its config, tokenizer and shards beside it.
 
     gates check GATE-TRAIN-LOOP-012       # rebuilds it into the artifact cache if missing
     python tools/make_loop_run.py --out runs/gates/loop-run               # or by hand:
-    gates promote GATE-TRAIN-LOOP-012 --artifact runs/gates/loop-run      # and -013 .. -016
+    gates check GATE-TRAIN-LOOP-012 --artifact runs/gates/loop-run        # and -013 .. -016
 
 This is the recipe (gates.recipes) LOOP_RUN in tests/measurements/checkpoint_gates.py names.
 The directory holds everything a re-measurement needs, so its digest pins the whole

@@ -168,31 +168,38 @@ def test_a_promotion_with_no_evidence_builds_and_the_next_check_uses_the_recorde
     assert builds(root) == 1
 
 
+def _recipe_output_at(root: Path, relative: str) -> Path:
+    """A copy, at ``relative`` under the root, of what the recipe builds from this tree."""
+    built = recipes.obtain(root, RECIPE, log=lambda line: None)
+    art = root / relative
+    art.parent.mkdir(parents=True, exist_ok=True)
+    art.write_bytes(built.path.read_bytes())
+    return art
+
+
 def test_a_recorded_path_that_is_gone_is_rebuilt_and_measured(project):
     root, contract = project
-    art = root / "runs" / "widget.txt"
-    art.parent.mkdir()
-    art.write_text("".join(f"line {i}\n" for i in range(5)))  # what the recipe makes
+    art = _recipe_output_at(root, "runs/widget.txt")
     promotion.promote(root, contract, GATE, [art], command=["gates", "promote", GATE])
     recorded = json.loads((root / "evidence/C-WIDGET/GATE-WIDGET-001.json").read_text())
     assert recorded["artifacts"][0]["path"] == "runs/widget.txt"
-    assert check(root, contract).verdict == "PASS" and builds(root) == 0  # still there
+    assert check(root, contract).verdict == "PASS" and builds(root) == 1  # still there
     art.unlink()
+    (root.parent / "cache").rename(root.parent / "cache-aside")
     result = check(root, contract)
-    assert result.verdict == "PASS" and builds(root) == 1
+    assert result.verdict == "PASS" and builds(root) == 2
     assert result.evidence["artifacts"][0]["sha256"] == recorded["artifacts"][0]["sha256"]
     assert result.notices == [] and "notes" not in result.evidence
 
 
 def test_a_rebuild_with_another_digest_is_measured_and_noted(project, monkeypatch):
     root, contract = project
-    art = root / "runs" / "widget.txt"
-    art.parent.mkdir()
-    art.write_text("one\ntwo\nthree\nfour\n")  # not what the recipe makes
-    promotion.promote(root, contract, GATE, [art], command=["gates", "promote", GATE])
-    art.unlink()
+    monkeypatch.setenv("WIDGET_LINES", "4")  # the build depends on more than the code
+    promotion.promote(root, contract, GATE, [], command=["gates", "promote", GATE])
+    monkeypatch.delenv("WIDGET_LINES")
+    (root.parent / "cache").rename(root.parent / "cache-aside")
     result = check(root, contract)
-    assert builds(root) == 1
+    assert builds(root) == 2
     assert result.verdict == "PASS"
     assert result.evidence["measurements"]["line_count"]["value"] == 5  # the rebuilt one
     (notice,) = result.notices
@@ -223,7 +230,7 @@ def test_a_failing_recipe_is_refused_with_its_stderr_and_nothing_is_cached(proje
     assert [e for e in cache_entries(root) if e != recipes.LOCK_DIR] == []
 
 
-def test_an_explicit_artifact_still_works_and_is_never_rebuilt(project):
+def test_an_explicit_artifact_is_never_rebuilt_and_says_nothing_records_its_build(project):
     root, contract = project
     art = root.parent / "given.txt"
     art.write_text("a\nb\nc\n")
@@ -232,6 +239,45 @@ def test_an_explicit_artifact_still_works_and_is_never_rebuilt(project):
     (entry,) = result.evidence["artifacts"]
     assert entry["name"] == "given.txt" and "path" not in entry  # outside the root
     assert entry["recipe"]["command"][0] == "python"
+    assert "build_sources" not in entry  # nothing vouches for what built it
+    (notice,) = result.notices
+    assert "nothing records that GATE-WIDGET-001's recipe built it" in notice
+    assert notice.endswith("measured as is") and notice in result.evidence["notes"]
+
+
+def test_a_promotion_refuses_an_artifact_no_build_from_this_tree_made(project):
+    """The contract's own evidence vouches for the code at its commit: an artifact of
+    unknown make is refused, and nothing is written."""
+    root, contract = project
+    art = root / "runs" / "widget.txt"
+    art.parent.mkdir()
+    art.write_text("".join(f"line {i}\n" for i in range(5)))  # the right bytes, unrecorded
+    before = contract.read_text()
+    with pytest.raises(promotion.RefusedError, match="nothing records that GATE-WIDGET-001's"):
+        promotion.promote(root, contract, GATE, [art], command=["gates", "promote", GATE])
+    assert contract.read_text() == before and builds(root) == 0
+    assert not (root / "evidence" / "C-WIDGET" / f"{GATE}.json").exists()
+
+
+def test_a_given_artifact_a_build_from_this_tree_made_carries_that_build_record(project):
+    """Content-addressed: the same bytes as a cache entry built from this tree are that
+    build; the evidence records its build sources, so editing them makes it stale, and the
+    next check rebuilds instead of measuring the path as is."""
+    root, contract = project
+    art = _recipe_output_at(root, "runs/widget.txt")
+    result = promotion.promote(root, contract, GATE, [art], command=["gates", "promote", GATE])
+    (entry,) = result.evidence["artifacts"]
+    assert entry["path"] == "runs/widget.txt"
+    assert [s["path"] for s in entry["build_sources"]] == ["make_widget.py", "widget_style.txt"]
+    assert freshness.stale_sources(root, result.evidence) == []
+    (root / "widget_style.txt").write_text("row\n")
+    assert freshness.stale_sources(root, result.evidence) == [
+        ("widget_style.txt", "changed (read by the build of artifact widget.txt)")
+    ]
+    again = check(root, contract)
+    assert builds(root) == 2, "the recorded path was measured although other code built it"
+    assert again.evidence["artifacts"][0]["sha256"] != entry["sha256"]
+    assert "path" not in again.evidence["artifacts"][0]  # the rebuild, from the cache
 
 
 def test_an_artifact_that_changes_while_measured_is_still_refused(project, monkeypatch):

@@ -2,7 +2,7 @@
 
     gates promote GATE-ARCH-370M-002     # rebuilds the checkpoint (CHECKPOINT_370M) if missing
     python tools/make_370m_checkpoint.py --out runs/gates/arch-370m          # or by hand:
-    gates promote GATE-ARCH-370M-005 --artifact runs/gates/arch-370m/checkpoints/step-00000002
+    gates check GATE-ARCH-370M-005 --artifact runs/gates/arch-370m/checkpoints/step-00000002
 
 GATE-ARCH-370M-002 (FALSIFY-ARCH-370M-010) counts failed checks on a checkpoint the
 training loop wrote after two optimizer steps: what `trainer inspect --json` says about it

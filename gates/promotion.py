@@ -96,7 +96,7 @@ def _artifact_entry(
     sha256: str,
     size: int,
     *,
-    build_sources: tuple[dict, ...] = (),
+    build: recipes.BuildRecord | None = None,
 ) -> dict:
     """The evidence entry of an artifact: a repository-relative ``path`` only when it lies
     under the root and outside the cache (a cache entry is found by its digest; a path
@@ -108,8 +108,10 @@ def _artifact_entry(
         entry["path"] = resolved.relative_to(root.resolve()).as_posix()
     if recipe is not None:
         entry["recipe"] = recipes.record(recipe, root)
-    if build_sources:
-        entry["build_sources"] = list(build_sources)
+    if build is not None and build.sources:
+        entry["build_sources"] = list(build.sources)
+    if build is not None and build.distributions:
+        entry["build_distributions"] = dict(build.distributions)
     return entry
 
 
@@ -145,10 +147,10 @@ def _from_recipe(root: Path, recipe: recipes.Recipe, want: str | None) -> recipe
         raise RefusedError(f"cannot rebuild the artifact from its recipe: {exc}") from None
 
 
-def _build_record(root: Path, recipe: recipes.Recipe, sha256: str) -> tuple[dict, ...] | None:
+def _build_record(root: Path, recipe: recipes.Recipe, sha256: str) -> recipes.BuildRecord | None:
     """What built the artifact whose digest is ``sha256`` from the code as it is: the build
-    sources of its cache entry (content-addressed: the same bytes, built by the recipe from
-    this tree), or None when no entry of that digest was built from this tree."""
+    record of its cache entry (content-addressed: the same bytes, built by the recipe from
+    this tree with the distributions installed now), or None when there is no such entry."""
     hit = recipes.cached(recipes.cache_dir(root), sha256, recipe, root)
     return hit[1] if hit is not None else None
 
@@ -183,10 +185,8 @@ def _resolve_artifacts(
     refs: list[ArtifactRef] = []
     notes: list[str] = []
 
-    def add(path: Path, sha256: str, size: int, build_sources: tuple[dict, ...] = ()) -> None:
-        refs.append(
-            (path, _artifact_entry(path, root, recipe, sha256, size, build_sources=build_sources))
-        )
+    def add(path: Path, sha256: str, size: int, build: recipes.BuildRecord | None) -> None:
+        refs.append((path, _artifact_entry(path, root, recipe, sha256, size, build=build)))
 
     if given:
         for path in given:
@@ -203,7 +203,7 @@ def _resolve_artifacts(
         if not recorded:
             _log(f"gates: {gate.id} records no artifact yet: using its recipe")
             built = _from_recipe(root, recipe, None)
-            add(built.path, built.sha256, built.bytes, built.build_sources)
+            add(built.path, built.sha256, built.bytes, _record_of(built))
         for ref in recorded:
             shown = ref.get("path") or ref.get("name") or "artifact"
             path = (root / ref["path"]) if ref.get("path") else None
@@ -239,7 +239,7 @@ def _resolve_artifacts(
                 )
                 _log(f"gates: {note}")
                 notes.append(note)
-            add(built.path, built.sha256, built.bytes, built.build_sources)
+            add(built.path, built.sha256, built.bytes, _record_of(built))
     for path, _ in refs:
         reason = measurer.check(path) if measurer.check else None
         if reason:
@@ -255,13 +255,15 @@ def _given_artifact(
     *,
     require_build_record: bool,
     notes: list[str],
-) -> tuple[str, int, tuple[dict, ...]]:
+) -> tuple[str, int, recipes.BuildRecord | None]:
     """A ``--artifact`` path's digest, bytes and build record (see _resolve_artifacts);
     a note is added when it is measured with none."""
     if not path.exists():
         raise RefusedError(f"artifact {path} does not exist")
     sha256, size = _digest(path, recipe)
-    built_from = _build_record(root, recipe, sha256) if recipe is not None else ()
+    built_from = (
+        _build_record(root, recipe, sha256) if recipe is not None else recipes.BuildRecord(())
+    )
     if built_from is None:
         why = (
             f"artifact {path}: nothing records that {gate.id}'s recipe built it from "
@@ -275,27 +277,38 @@ def _given_artifact(
         note = f"{why}: measured as is"
         _log(f"gates: {note}")
         notes.append(note)
-    return sha256, size, built_from or ()
+    return sha256, size, built_from
+
+
+def _record_of(built: recipes.Built) -> recipes.BuildRecord:
+    return recipes.BuildRecord(built.build_sources, built.build_distributions)
 
 
 def _recorded_build(
     root: Path, recipe: recipes.Recipe | None, ref: dict
-) -> tuple[dict, ...] | None:
-    """The build record of a recorded path artifact that still digests as recorded: ``()``
-    without a recipe (nothing could build it); else the entry's ``build_sources`` while
-    they hash the same, or the cache entry of its digest; None: not built from this tree."""
+) -> recipes.BuildRecord | None:
+    """The build record of a recorded path artifact that still digests as recorded: an empty
+    one without a recipe (nothing could build it); else the entry's ``build_sources`` and
+    ``build_distributions`` while they hold, or the cache entry of its digest; None: not
+    built from this tree."""
     if recipe is None:
-        return ()
-    recorded = tuple(ref.get("build_sources") or ())
-    if recorded:
-        return None if recipes.changed_sources(root, recorded) else recorded
+        return recipes.BuildRecord(())
+    recorded = recipes.BuildRecord(
+        tuple(ref.get("build_sources") or ()), dict(ref.get("build_distributions") or {})
+    )
+    if recorded.sources:
+        moved = recipes.changed_sources(root, recorded.sources) or recipes.changed_distributions(
+            recorded.distributions
+        )
+        return None if moved else recorded
     return _build_record(root, recipe, ref["sha256"])
 
 
 def _changed_build(root: Path, ref: dict) -> str:
     recorded = ref.get("build_sources") or ()
     changed = recipes.changed_sources(root, recorded) if recorded else ""
-    return changed or "nothing records what built it"
+    moved = recipes.changed_distributions(ref.get("build_distributions") or {})
+    return changed or moved or "nothing records what built it"
 
 
 def _digest(path: Path, recipe: recipes.Recipe | None) -> tuple[str, int]:

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -75,7 +76,8 @@ DIGEST = re.compile(r"[0-9a-f]{64}")
 MAX_VOLATILE_BYTES = 1024 * 1024 * 1024
 #: Under the cache: one file per recipe key, holding the digest that recipe last built.
 INDEX_DIR = "by-recipe"
-#: Beside a cached artifact: the repository files its build read, ``{"sources": [...]}``.
+#: Beside a cached artifact: the repository files its build read and the installed
+#: distributions it imported, ``{"sources": [...], "distributions": {name: version}}``.
 BUILD_RECORD = "build.json"
 MAX_BUILD_RECORD_BYTES = 64 * 1024 * 1024
 #: Under the cache: one lock file per recipe key, held while that recipe is looked up or built.
@@ -300,13 +302,24 @@ def _entry_problem(cache: Path, sha256: str, recipe: Recipe) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class BuildRecord:
+    """What an artifact is a function of: the repository files its build read
+    (``[{"path", "sha256"}]``, gates.trace) and the installed distributions it imported
+    (name -> version)."""
+
+    sources: tuple[dict, ...]
+    distributions: Mapping[str, str] = field(default_factory=dict)
+
+
 def cached(
     cache: Path, sha256: str, recipe: Recipe, root: Path, log: Log | None = None
-) -> tuple[Path, tuple[dict, ...]] | None:
-    """The cache entry of ``sha256`` and the sources its build read, if the entry is there,
-    a real directory with no symlink in its artifact, still digests to it, and was built from
-    the code as it is now under ``root`` (every file its build read hashes the same);
-    otherwise None (``log`` hears why, when it is something other than absent)."""
+) -> tuple[Path, BuildRecord] | None:
+    """The cache entry of ``sha256`` and its build record, if the entry is there, a real
+    directory with no symlink in its artifact, still digests to it, and was built from the
+    code as it is now under ``root`` (every file its build read hashes the same) with the
+    distributions installed now (the same versions); otherwise None (``log`` hears why, when
+    it is something other than absent)."""
 
     def unused(why: str) -> None:
         if log is not None:
@@ -319,31 +332,41 @@ def cached(
     path = cache / sha256 / recipe.artifact_name
     if not path.exists() or digest(path, recipe)[0] != sha256:
         return None
-    built_from = read_build_record(cache / sha256)
-    if built_from is None:
-        unused(f"{cache / sha256} records no build sources (built by an older gates): rebuilt")
+    record = read_build_record(cache / sha256)
+    if record is None:
+        unused(f"{cache / sha256} records no build (built by an older gates): rebuilt")
         return None
-    changed = changed_sources(root, built_from)
+    changed = changed_sources(root, record.sources)
     if changed:
         unused(f"{cache / sha256} was built from other code ({changed}): rebuilt")
         return None
-    return path, built_from
+    moved = changed_distributions(record.distributions)
+    if moved:
+        unused(f"{cache / sha256} was built with other installed packages ({moved}): rebuilt")
+        return None
+    return path, record
 
 
-def read_build_record(entry: Path) -> tuple[dict, ...] | None:
-    """The build sources a cache entry recorded (``BUILD_RECORD``), or None when it has none
-    or it does not read as one."""
+def read_build_record(entry: Path) -> BuildRecord | None:
+    """The build record of a cache entry (``BUILD_RECORD``), or None when it has none or it
+    does not read as one (an entry of an older gates has no ``distributions``)."""
     try:
         data = jsonfile.read_json(entry / BUILD_RECORD, MAX_BUILD_RECORD_BYTES)
-        sources = data["sources"]
+        sources, installed = data["sources"], data["distributions"]
         if not isinstance(sources, list) or not all(
             isinstance(s, dict) and isinstance(s.get("path"), str) and DIGEST.fullmatch(
                 str(s.get("sha256", ""))) for s in sources
         ):  # fmt: skip
             return None
+        if not isinstance(installed, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in installed.items()
+        ):
+            return None
     except (OSError, jsonfile.JsonFileError, KeyError, TypeError):
         return None
-    return tuple({"path": s["path"], "sha256": s["sha256"]} for s in sources)
+    return BuildRecord(
+        tuple({"path": s["path"], "sha256": s["sha256"]} for s in sources), dict(installed)
+    )
 
 
 def changed_sources(root: Path, sources: tuple[dict, ...] | list[dict]) -> str:
@@ -354,8 +377,27 @@ def changed_sources(root: Path, sources: tuple[dict, ...] | list[dict]) -> str:
         for src in sources
         if (why := freshness.changed_file(root, src)) is not None
     ]
-    more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
-    return ", ".join(changed[:3]) + more
+    return _first_few(changed)
+
+
+def changed_distributions(recorded: Mapping[str, str]) -> str:
+    """The first few recorded distributions installed now at another version, or not at all
+    ("torch 2.12.0 -> 2.13.0", "numpy gone"), or "" when none."""
+    moved = []
+    for name, version in sorted(recorded.items()):
+        try:
+            now = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            moved.append(f"{name} {version} -> not installed")
+            continue
+        if now != version:
+            moved.append(f"{name} {version} -> {now}")
+    return _first_few(moved)
+
+
+def _first_few(items: list[str]) -> str:
+    more = f" and {len(items) - 3} more" if len(items) > 3 else ""
+    return ", ".join(items[:3]) + more
 
 
 @dataclass(frozen=True)
@@ -368,6 +410,9 @@ class Built:
     #: The repository files the build read, ``[{"path", "sha256"}]`` (gates.trace): what the
     #: artifact is a function of. A cache entry is served only while they hash the same.
     build_sources: tuple[dict, ...] = ()
+    #: The installed distributions the build imported, name -> version; served only while
+    #: the same versions are installed.
+    build_distributions: Mapping[str, str] = field(default_factory=dict)
 
 
 def _stderr(line: str) -> None:
@@ -384,7 +429,8 @@ def obtain(root: Path, recipe: Recipe, want: str | None = None, log: Log = _stde
         hit = cached(cache, want, recipe, root, log)
         if hit is not None:
             log(f"gates: using cached artifact {hit[0]}")
-            return Built(hit[0], want, digest(hit[0], recipe)[1], "cache", hit[1])
+            size = digest(hit[0], recipe)[1]
+            return Built(hit[0], want, size, "cache", hit[1].sources, hit[1].distributions)
     recipe_key = key(recipe, root)
     index = cache / INDEX_DIR / recipe_key
     # One build per recipe at a time: gates checked side by side (gates.checkrun) that need
@@ -400,7 +446,8 @@ def obtain(root: Path, recipe: Recipe, want: str | None = None, log: Log = _stde
         hit = cached(cache, last, recipe, root, log) if last else None
         if hit is not None:
             log(f"gates: using cached artifact {hit[0]} (built earlier from this code)")
-            return Built(hit[0], last, digest(hit[0], recipe)[1], "cache", hit[1])
+            size = digest(hit[0], recipe)[1]
+            return Built(hit[0], last, size, "cache", hit[1].sources, hit[1].distributions)
         built = build(root, recipe, cache, log)
         _replace_unless_directory(cache / INDEX_DIR, log)
         atomic_write_text(index, built.sha256 + "\n")
@@ -512,7 +559,7 @@ def build(root: Path, recipe: Recipe, cache: Path, log: Log = _stderr) -> Built:
         env |= {k: v.replace("{scratch}", str(scratch)) for k, v in recipe.env.items()}
         shown = " ".join(recipe.command)
         log(f"gates: building the artifact: {shown}  (in {root}, output {out})")
-        traced = trace.recording(root, detached=True)
+        traced = trace.recording(root, detached=True, installed=True)
         try:
             with traced:
                 done = _run_build(recipe, out, root, env | traced.env)
@@ -530,11 +577,13 @@ def build(root: Path, recipe: Recipe, cache: Path, log: Log = _stderr) -> Built:
         for declared in recipe.input_paths(root):
             traced.add(root / declared)
         build_sources = tuple(traced.sources())
+        installed = traced.distributions()
         sha256, size = digest(artifact, recipe)
         entry = work / "entry"
         entry.mkdir()
         artifact.rename(entry / recipe.artifact_name)
-        record_text = json.dumps({"sources": list(build_sources)}, indent=1) + "\n"
+        record = {"sources": list(build_sources), "distributions": installed}
+        record_text = json.dumps(record, indent=1) + "\n"
         (entry / BUILD_RECORD).write_text(record_text, encoding="utf-8")
         target = cache / sha256  # sha256 is our own hex digest: directly inside the cache
         try:
@@ -544,6 +593,6 @@ def build(root: Path, recipe: Recipe, cache: Path, log: Log = _stderr) -> Built:
             entry.rename(target)
         path = target / recipe.artifact_name
         log(f"gates: built {path} (sha256 {sha256[:16]}…, {size} bytes)")
-        return Built(path, sha256, size, "built", build_sources)
+        return Built(path, sha256, size, "built", build_sources, installed)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -54,15 +54,18 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib.metadata
 import importlib.util
 import inspect
 import os
 import shutil
+import site
 import stat
 import subprocess
 import sys
+import sysconfig
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
 
 from gates import files
@@ -180,9 +183,11 @@ class Recording:
     be entered again (not nested in itself): each time adds to what it saw, so a caller can
     leave out a stretch it does not want counted."""
 
-    def __init__(self, root: Path, *, detached: bool = False) -> None:
+    def __init__(self, root: Path, *, detached: bool = False, installed: bool = False) -> None:
         self.root = root
         self.detached = detached
+        #: Children also report what they open from site-packages (see distributions()).
+        self.installed = installed
         self.seen: set[str] = set()
         self.trace_dir: Path | None = None
         #: While entered: the variables a traced child needs (PYTHONPATH, $SHIPGATE_TRACE_DIR,
@@ -207,6 +212,11 @@ class Recording:
                 seen.add(os.path.abspath(path))
         return sources(self.root, seen)
 
+    def distributions(self) -> dict[str, str]:
+        """The installed distributions whose files were opened, each with its version now
+        (a recording made with ``installed=True`` sees its children's too)."""
+        return distributions(self.seen)
+
     def __enter__(self) -> Recording:
         if self in _stack:
             raise RuntimeError("a trace recording cannot be nested in itself")
@@ -223,6 +233,8 @@ class Recording:
             shutil.rmtree(self._tmp, ignore_errors=True)  # __exit__ will not run
             raise
         roots = dict.fromkeys([os.path.abspath(self.root), os.path.realpath(self.root)])
+        if self.installed:
+            roots |= dict.fromkeys(d.rstrip(os.sep) for d in site_dirs())
         pythonpath = (str(site_dir), os.environ.get("PYTHONPATH"))
         self.env = {
             "PYTHONPATH": os.pathsep.join(p for p in pythonpath if p),
@@ -349,7 +361,7 @@ def _install() -> None:
         _installed.append(True)
 
 
-def recording(root: Path, *, detached: bool = False) -> Recording:
+def recording(root: Path, *, detached: bool = False, installed: bool = False) -> Recording:
     """Record the files this process and its Python children open while the block runs
     (``with trace.recording(root) as traced:``).
 
@@ -359,8 +371,49 @@ def recording(root: Path, *, detached: bool = False) -> Recording:
 
     ``detached=True``: only the children given ``traced.env`` are recorded, not this process,
     and ``os.environ`` is left alone; several may run at once, one per thread (the parallel
-    audit), each seeing only its own children."""
-    return Recording(root, detached=detached)
+    audit), each seeing only its own children.
+
+    ``installed=True``: children also report the files they open under site-packages, so
+    that :meth:`Recording.distributions` can name what a build imported."""
+    return Recording(root, detached=detached, installed=installed)
+
+
+def site_dirs() -> tuple[str, ...]:
+    """Where this interpreter imports installed distributions from (purelib, platlib, the
+    site-packages directories), absolute and real, each ending in a separator."""
+    found = [sysconfig.get_paths()[key] for key in ("purelib", "platlib")]
+    found += site.getsitepackages() if hasattr(site, "getsitepackages") else []
+    out = []
+    for directory in found:
+        for form in (os.path.abspath(directory), os.path.realpath(directory)):
+            out.append(form.rstrip(os.sep) + os.sep)
+    return tuple(dict.fromkeys(out))
+
+
+def distributions(seen: Iterable[str]) -> dict[str, str]:
+    """The installed distributions owning a file among ``seen`` (absolute paths under
+    :func:`site_dirs`), name -> version as installed now, sorted by name."""
+    bases = site_dirs()
+    tops = set()
+    for path in seen:
+        rel = _relative(path, bases)
+        if not rel:
+            continue
+        parts = rel.split("/")
+        if parts[0] == "__pycache__" and len(parts) > 1:  # a top-level module's byte code
+            parts = parts[1:]
+        if parts[0].endswith((".dist-info", ".egg-info", ".pth")):
+            continue
+        tops.add(parts[0].split(".", 1)[0])
+    if not tops:
+        return {}
+    owners = importlib.metadata.packages_distributions()
+    found = {}
+    for top in tops:
+        for name in owners.get(top, ()):
+            with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+                found[name] = importlib.metadata.version(name)
+    return dict(sorted(found.items()))
 
 
 def _source_of(path: str) -> str:

@@ -9,6 +9,7 @@ writes N lines to {out} and counts its runs in a file named by $WIDGET_BUILDS.
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import importlib.util
 import json
 from concurrent.futures import ThreadPoolExecutor
@@ -154,7 +155,37 @@ def test_a_cache_entry_without_a_build_record_is_rebuilt(project):
     (first.path.parent / recipes.BUILD_RECORD).unlink()  # as an older gates left its entries
     again = _obtain(root, notes)
     assert again.source == "built" and builds(root) == 2
-    assert any("records no build sources" in n for n in notes), notes
+    assert any("records no build (built by an older gates)" in n for n in notes), notes
+
+
+def test_a_cache_entry_built_with_another_installed_version_is_rebuilt(project):
+    """The build imports an installed distribution (jsonschema): its version is part of the
+    build record and of the evidence, and an entry built with another version (its record
+    edited, as after an upgrade) is built again, not served."""
+    root, contract = project
+    script = root / "make_widget.py"
+    script.write_text("import jsonschema  # an installed distribution the build imports\n"
+                      + MAKE_WIDGET)  # fmt: skip
+    installed = importlib.metadata.version("jsonschema")
+    notes: list[str] = []
+    first = _obtain(root, notes)
+    assert first.build_distributions.get("jsonschema") == installed
+    assert "torch" not in first.build_distributions  # only what the build imported
+    record_path = first.path.parent / recipes.BUILD_RECORD
+    record = json.loads(record_path.read_text())
+    assert record["distributions"]["jsonschema"] == installed
+    assert _obtain(root, notes).source == "cache" and builds(root) == 1, "unchanged: served"
+    record["distributions"]["jsonschema"] = "0.0.1"
+    record_path.write_text(json.dumps(record))
+    again = _obtain(root, notes)
+    assert again.source == "built" and builds(root) == 2
+    assert any(
+        f"built with other installed packages (jsonschema 0.0.1 -> {installed})" in n for n in notes
+    ), notes
+    result = check(root, contract)
+    (entry,) = result.evidence["artifacts"]
+    assert entry["build_distributions"]["jsonschema"] == installed
+    assert evidence.schema_errors(result.evidence) == []
 
 
 def test_a_promotion_with_no_evidence_builds_and_the_next_check_uses_the_recorded_digest(

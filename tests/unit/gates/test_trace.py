@@ -243,3 +243,38 @@ def test_stale_sources_names_changed_and_gone_files_and_evidence_without_sources
     ]
     directory = evidence_with([{"path": "pkg", "sha256": "0" * 64}])
     assert freshness.stale_sources(repo, directory) == [("pkg", "gone")]
+
+
+def test_distributions_names_what_a_child_imported_from_site_packages(repo: Path):
+    """A build recording (installed=True) hears its children's imports of installed
+    distributions, at the versions installed; a recording without it hears only the project."""
+    import importlib.metadata  # noqa: PLC0415
+
+    version = importlib.metadata.version("jsonschema")
+    env_base = os.environ | {"PYTHONPATH": ""}
+    seen = {}
+    for installed in (True, False):
+        traced = trace.recording(repo, detached=True, installed=installed)
+        with traced:
+            subprocess.run(
+                [sys.executable, "-c", "import jsonschema; open('read.txt').read()"],
+                cwd=repo, env=env_base | traced.env, check=True, timeout=120,
+            )  # fmt: skip
+        seen[installed] = traced.distributions()
+        assert paths(traced.sources()) == ["read.txt"], "site-packages is never a source"
+    assert seen[True].get("jsonschema") == version
+    assert "torch" not in seen[True]
+    assert seen[False] == {}
+
+
+def test_distributions_maps_paths_to_their_owners_and_skips_metadata(tmp_path: Path):
+    import importlib.metadata  # noqa: PLC0415
+
+    site_dir = trace.site_dirs()[0]
+    seen = [
+        os.path.join(site_dir, "jsonschema", "__init__.py"),
+        os.path.join(site_dir, "jsonschema-0.0.0.dist-info", "METADATA"),  # metadata, no import
+        str(tmp_path / "jsonschema" / "elsewhere.py"),  # not under site-packages
+    ]
+    assert trace.distributions(seen) == {"jsonschema": importlib.metadata.version("jsonschema")}
+    assert trace.distributions(seen[1:]) == {}

@@ -29,7 +29,7 @@ def test_inspect_reports_a_valid_checkpoint_and_exits_1_on_a_flipped_byte(tmp_pa
     assert report["valid"] is True
     assert (report["format"], report["format_version"], report["step"]) == (
         "shipgate-checkpoint",
-        2,
+        3,
         7,
     )
     assert (report["tensor_count"], report["parameter_count"]) == (21, 158_016)

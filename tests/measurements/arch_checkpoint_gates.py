@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gates.files import sha256_file
 from gates.measure import GateContext, Measurement, measures
 from gates.recipes import Recipe
+from tests.measurements.checkpoint_digests import bytes_as_listed
 
 #: How the checkpoint of GATE-ARCH-370M-002/-004/-005 is rebuilt (gates.recipes): the
 #: tool's run directory, of which the step-2 checkpoint is the artifact.
@@ -319,17 +319,24 @@ def _check_inspect_checksums(c: _Checkpoint) -> str | None:
     return None
 
 
+def _well_formed(entry: Any) -> bool:
+    """A size and a digest: the whole file's sha256, or one per range (format 3), or both."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("size"), int):
+        return False
+    digests = [entry.get("sha256")] if "sha256" in entry else []
+    if "range_sha256" in entry:
+        ranges = entry["range_sha256"]
+        if not isinstance(ranges, list) or not isinstance(entry.get("range_bytes"), int):
+            return False
+        digests += ranges
+    return bool(digests) and all(re.fullmatch(r"[0-9a-f]{64}", str(d)) for d in digests)
+
+
 def _check_manifest_lists_every_file(c: _Checkpoint) -> str | None:
     listed = c.manifest()["files"]
     present = {p.name for p in c.path.iterdir()} - {MANIFEST}
     required = {MODEL, OPTIMIZER, STATE}
-    malformed = [
-        n
-        for n, e in listed.items()
-        if not isinstance(e, dict)
-        or not re.fullmatch(r"[0-9a-f]{64}", str(e.get("sha256")))
-        or not isinstance(e.get("size"), int)
-    ]
+    malformed = [n for n, e in listed.items() if not _well_formed(e)]
     if present != set(listed) or not required <= set(listed) or malformed:
         return (
             f"unlisted {sorted(present - set(listed))}, listed but absent "
@@ -349,7 +356,7 @@ def _check_manifest_sizes(c: _Checkpoint) -> str | None:
 
 
 def _check_manifest_sha256(c: _Checkpoint) -> str | None:
-    wrong = [n for n, e in c.manifest()["files"].items() if sha256_file(c.path / n) != e["sha256"]]
+    wrong = [n for n, e in c.manifest()["files"].items() if not bytes_as_listed(c.path / n, e)]
     return f"sha256 differs from the manifest: {wrong}" if wrong else None
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from gates.measure import GateContext, Measurement, measures
 from gates.recipes import Recipe
+from tests.measurements.checkpoint_digests import bytes_as_listed
 
 ARTIFACT = "loop run directory (tools/make_loop_run.py)"
 #: How the artifact is rebuilt (gates.recipes). Left out of its digest: what the clock and
@@ -270,10 +271,8 @@ def differing_values_after_resume(ctx: GateContext) -> Measurement:
 
 
 def _independently_valid(ckpt: Path) -> bool:
-    """Every file the manifest lists exists with its size and sha256, nothing else is
+    """Every file the manifest lists exists with its size and digests, nothing else is
     there, the manifest's step is the directory's, and the safetensors headers parse."""
-    import hashlib  # noqa: PLC0415
-
     manifest_path = ckpt / "manifest.json"
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
@@ -283,8 +282,7 @@ def _independently_valid(ckpt: Path) -> bool:
         if {p.name for p in ckpt.iterdir()} != {*files, "manifest.json"}:
             return False
         for name, entry in files.items():
-            data = (ckpt / name).read_bytes()
-            if len(data) != entry["size"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            if not bytes_as_listed(ckpt / name, entry):
                 return False
             if name.endswith(".safetensors"):
                 _safetensors_header(ckpt / name)

@@ -18,11 +18,12 @@ from pathlib import Path
 from trainer.runfiles.names import CHECKPOINTS_DIR  # noqa: F401 - re-exported
 
 FORMAT = "shipgate-checkpoint"
-#: 2 (issue 35): each file's manifest entry also holds the sha256 of every RANGE_BYTES range
-#: of it (trainer/checkpoint/manifest.py), so verification runs on every core. 1: the
-#: file's sha256 alone; still read and verified.
-FORMAT_VERSION = 2
-READABLE_FORMAT_VERSIONS = (1, 2)
+#: 3 (issue 35): a file's manifest entry holds the sha256 of every RANGE_BYTES range of it
+#: and no whole-file sha256 (trainer/checkpoint/manifest.py), so the save hashes each byte
+#: once, on every core, and so does the load. 2: the ranges and the whole file's sha256.
+#: 1: the whole file's sha256 alone. All three are read and verified.
+FORMAT_VERSION = 3
+READABLE_FORMAT_VERSIONS = (1, 2, 3)
 
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"

@@ -1,17 +1,21 @@
 """manifest.json: what a checkpoint claims to hold, written after everything it describes.
 
-{"format": "shipgate-checkpoint", "format_version": 2, "step": 15,
- "files": {"model.safetensors": {"sha256": "...", "size": 1234, "range_bytes": 67108864,
+{"format": "shipgate-checkpoint", "format_version": 3, "step": 15,
+ "files": {"model.safetensors": {"size": 1234, "range_bytes": 67108864,
                                  "range_sha256": ["...", ...]}, ...},
  "tensor_count": 21, "parameter_count": 158016, "dtype": "float32",
  "architecture": {...LlamaConfig fields...}}
 
-``range_sha256`` (format 2) is the sha256 of each ``range_bytes`` range of the file in order,
-the last one shorter (an empty file has one range, empty). They cover every byte, and a
-loader verifies them, on as many cores as it has (trainer/checkpoint/verify.py): one sha256
-stream over a 3 GB optimizer file is one core's work, slower than a fast disk reads it.
-``sha256`` is the whole file's, as ``sha256sum`` prints it, for tools outside the trainer;
-the loader checks it only in a format 1 checkpoint, which has nothing else.
+``range_sha256`` is the sha256 of each ``range_bytes`` range of the file in order, the last
+one shorter (an empty file has one range, empty). They cover every byte; the save computes
+them on every core while it writes (trainer/checkpoint/durable.py) and a loader verifies them
+on every core (trainer/checkpoint/verify.py). There is no whole-file sha256 since format 3
+(issue 35): a second digest of every byte was the save's bound on a two-core machine with a
+fast disk, and one sha256 stream over a 3 GB optimizer file is one core's work. A tool
+outside the trainer that wants one identity per file takes ``content_digest`` (the sha256
+of the range list, which fixes the bytes as firmly), or checks the ranges itself: each is a
+plain sha256 of a slice of the file. Format 2 entries also hold the
+whole file's ``sha256``; format 1 entries hold only that. Both are still read and verified.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ from trainer.checkpoint.layout import (
 #: Bytes per range digest: 70 ranges for a 370M model's optimizer file, each a few tens of
 #: milliseconds of one core's sha256, so the ranges spread over the cores evenly.
 RANGE_BYTES = 64 * 1024 * 1024
+#: Threads hashing ranges, in a save and in a load: one per core (hashlib releases the GIL).
+HASHERS = max(2, os.cpu_count() or 1)
 
 
 def range_count(size: int, range_bytes: int) -> int:
@@ -71,32 +77,37 @@ class RangeDigests:
         return [*self._done, *last]
 
 
-def entry_of(sha256: str, ranges: RangeDigests) -> dict[str, Any]:
-    """A manifest entry: the whole file's sha256 and its ranges' (``ranges`` fed it all)."""
-    return {
-        "sha256": sha256,
-        "size": ranges.size,
-        "range_bytes": ranges.range_bytes,
-        "range_sha256": ranges.digests(),
-    }
+def entry_of(size: int, range_bytes: int, digests: list[str]) -> dict[str, Any]:
+    """A manifest entry: the file's size and the sha256 of each of its ranges."""
+    return {"size": size, "range_bytes": range_bytes, "range_sha256": digests}
 
 
 def bytes_entry(data: bytes | memoryview) -> dict[str, Any]:
     """The manifest entry of ``data``."""
     ranges = RangeDigests()
     ranges.update(data)
-    return entry_of(hashlib.sha256(data).hexdigest(), ranges)
+    return entry_of(ranges.size, ranges.range_bytes, ranges.digests())
 
 
 def file_entry(path: Path) -> dict[str, Any]:
     """The manifest entry of the file at ``path``, read from disk. Only a regular file is
     read (gates.files.open_regular: a FIFO planted in a checkpoint would never end)."""
-    whole, ranges = hashlib.sha256(), RangeDigests()
+    ranges = RangeDigests()
     with os.fdopen(open_regular(path), "rb") as fh:
         while chunk := fh.read(CHUNK_BYTES):
-            whole.update(chunk)
             ranges.update(chunk)
-    return entry_of(whole.hexdigest(), ranges)
+    return entry_of(ranges.size, ranges.range_bytes, ranges.digests())
+
+
+def content_digest(entry: dict[str, Any]) -> str:
+    """One sha256 that names a listed file's bytes, for tools outside the trainer (the run
+    store): the whole file's sha256 where the entry has one (formats 1 and 2), else the
+    sha256 of its range size and range digests as text ("67108864\n<hex>\n<hex>\n..."),
+    which fixes the bytes as firmly and costs no pass over them."""
+    if "sha256" in entry:
+        return entry["sha256"]
+    text = "".join(f"{line}\n" for line in (entry["range_bytes"], *entry["range_sha256"]))
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def _entry(path: Path, known: dict[str, Any] | None) -> dict[str, Any]:
@@ -171,7 +182,8 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         or isinstance(version, bool)
         or version not in READABLE_FORMAT_VERSIONS
     ):
-        readable = " and ".join(str(v) for v in READABLE_FORMAT_VERSIONS)
+        *earlier, last = READABLE_FORMAT_VERSIONS
+        readable = f"{', '.join(str(v) for v in earlier)} and {last}"
         raise CheckpointError(
             f"{path}: format {manifest['format']!r} version {version!r}; "
             f"this trainer reads {FORMAT!r} versions {readable}"
@@ -197,37 +209,46 @@ _TYPES: dict[str, tuple[type, str]] = {
 
 
 def _type_problems(manifest: dict[str, Any]) -> list[str]:
-    """What in a parsed manifest has the wrong JSON type: a field, or a ``files`` entry
-    that is not {"sha256": string, "size": integer} (the verifier reads them as such)."""
+    """What in a parsed manifest has the wrong JSON type: a field, or a ``files`` entry that
+    is not what its format lists (the verifier reads them as such): {"size", "range_bytes",
+    "range_sha256"} (3), those and "sha256" (2), {"sha256", "size"} (1)."""
     problems = [
         f"{key} is {json.dumps(manifest[key])[:40]}, not {words}"
         for key, (kind, words) in _TYPES.items()
         if not isinstance(manifest[key], kind) or isinstance(manifest[key], bool)
     ]
-    files = manifest["files"]
+    files, version = manifest["files"], manifest["format_version"]
     if isinstance(files, dict):
         for name, entry in sorted(files.items()):
+            whole = version < 3
             if not (
                 isinstance(entry, dict)
-                and isinstance(entry.get("sha256"), str)
                 and _whole_number(entry.get("size"))
+                and (isinstance(entry.get("sha256"), str) or not whole)
             ):
+                shape = '"sha256": "<hex>", "size": <bytes>' if whole else '"size": <bytes>'
                 problems.append(
-                    f"files entry {name!r} is {json.dumps(entry)[:60]}, "
-                    'not {"sha256": "<hex>", "size": <bytes>, ...}'
+                    f"files entry {name!r} is {json.dumps(entry)[:60]}, not {{{shape}, ...}}"
                 )
-            elif manifest["format_version"] >= 2:
+            elif version >= 3 and set(entry) != _FORMAT_3_KEYS:
+                problems.append(
+                    f"files entry {name!r} has keys {sorted(entry)}, "
+                    f"a format 3 entry has {sorted(_FORMAT_3_KEYS)}"
+                )
+            elif version >= 2:
                 problems += _range_problems(name, entry)
     return problems
 
 
+#: A format 3 entry, exactly: a "sha256" there would be a digest nothing verifies.
+_FORMAT_3_KEYS = {"size", "range_bytes", "range_sha256"}
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 #: The smallest range a manifest may name: smaller ones would only make its list long.
 MIN_RANGE_BYTES = 1024 * 1024
 
 
 def _range_problems(name: str, entry: dict[str, Any]) -> list[str]:
-    """A format 2 entry's ranges: a range size, and one sha256 per range of its size."""
+    """A format 2 or 3 entry's ranges: a range size, and one sha256 per range of its size."""
     range_bytes, digests = entry.get("range_bytes"), entry.get("range_sha256")
     if not _whole_number(range_bytes) or range_bytes < MIN_RANGE_BYTES:
         return [

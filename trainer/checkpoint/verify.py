@@ -5,7 +5,7 @@
     verify_checkpoint(path, architecture=cfg)   # CheckpointError listing every problem
 
 Checked: manifest present and readable; every listed file present with its size and
-sha256 (format 2: the sha256 of each of its ranges; format 1: of the whole file); every
+sha256 (formats 2 and 3: the sha256 of each of its ranges; format 1: of the whole file); every
 file of the format listed and no other file in the directory (a planted ``.pt`` is refused,
 never ignored); the model file's header holds the architecture's
 tensors (names, shapes, count, parameter count, dtype); the optimizer file holds, for
@@ -18,7 +18,7 @@ architecture is the expected one. A checkpoint whose hashes agree with damaged c
 instead of failing mid-load.
 
 Speed (issues 21, 35): the files are read and hashed in parallel, each over a mapping of it
-while the kernel is asked to read ahead; a format 2 file's ranges are hashed on every core
+while the kernel is asked to read ahead; a format 2 or 3 file's ranges are hashed on every core
 (HASHERS threads), so one large file is not one core's sha256 stream; and a
 loader asks to ``keep`` the files it needs (``inspect_checkpoint(..., keep=LOADED)``):
 each is read from disk once, and the load builds its tensors over the private mapping
@@ -58,7 +58,7 @@ from trainer.checkpoint.layout import (
     CheckpointError,
     step_of,
 )
-from trainer.checkpoint.manifest import read_manifest
+from trainer.checkpoint.manifest import HASHERS, read_manifest
 from trainer.checkpoint.state import state_problems
 from trainer.model.config import LlamaConfig, ModelConfigError
 from trainer.model.params import parameter_shapes
@@ -122,8 +122,6 @@ READ_CHUNK = 64 * 1024 * 1024
 READERS = 4
 #: Pieces asked from the disk ahead of the hashing.
 _AHEAD = 4
-#: Threads hashing the ranges of format 2 files: one per core (hashlib releases the GIL).
-HASHERS = max(2, os.cpu_count() or 1)
 #: Per file being verified, set by _verdicts (a thread-local so that _file_verdict keeps its
 #: (path, entry) form): ``keep``, whether the verdict keeps the bytes it hashed, and
 #: ``hashers``, the pool its ranges are hashed on.
@@ -186,7 +184,7 @@ def _hash_ranges(
 ) -> list[str]:
     """The sha256 of every ``range_bytes`` range of ``area`` (a mapping of the ``size``
     bytes of the file open on ``fd``), hashed on ``hashers`` in file order, every core at
-    once: the digests a format 2 manifest lists. Each range, as it starts, asks the kernel
+    once: the digests a format 2 or 3 manifest lists. Each range, as it starts, asks the kernel
     to read the one _AHEAD ranges further (POSIX_FADV_WILLNEED), so the disk streams ahead
     of the hashing; the page faults read whatever it has not."""
     starts = range(0, max(size, 1), range_bytes)
@@ -221,7 +219,7 @@ def _read_hashed(
 ) -> tuple[list[str], int, torch.Tensor | None]:
     """(digests, size found, the verified file when ``keep``) of ``path``, read from disk
     once, over a private (copy-on-write) mapping of it. The digests: the sha256 of each
-    ``range_bytes`` range, hashed on every core (_hash_ranges, format 2), or with
+    ``range_bytes`` range, hashed on every core (_hash_ranges, formats 2 and 3), or with
     ``range_bytes`` None the whole file's, one stream (_hash_mapped, format 1). When kept,
     that mapping is what the load builds its tensors over: the very pages hashed, from the
     descriptor opened here (a file renamed over the path meanwhile is not the one loaded),
@@ -268,7 +266,7 @@ def _file_verdict(path: Path, entry: dict[str, Any]) -> FileVerdict:
         return FileVerdict(
             path.name, False, f"size {size} bytes, the manifest says {entry.get('size')}", size
         )
-    range_bytes = entry.get("range_bytes")  # format 2 (read_manifest checked its ranges)
+    range_bytes = entry.get("range_bytes")  # formats 2 and 3 (read_manifest checked its ranges)
     try:
         digests, got, contents = _read_hashed(
             path, size, getattr(_reading, "keep", False), range_bytes

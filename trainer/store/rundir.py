@@ -12,7 +12,8 @@ Sources (what `trainer apply --out DIR` writes):
   appends a second run, resume drops the steps it takes again).
 - ``training_state.json``: max_steps (the manifest's config when there is none yet) and,
   once the run has ended, how: status, reason, ended_at (MetricsWriter.finish).
-- ``checkpoints/step-NNNNNNNN/manifest.json``: each file's sha256 and size as the save
+- ``checkpoints/step-NNNNNNNN/manifest.json``: each file's digest (manifest.content_digest:
+  its sha256, or in format 3 the sha256 of its range digests) and size as the save
   recorded them, checked against the size on disk but never re-hashed (a checkpoint can
   be many GB). A step directory without a readable manifest (a save cut short) is not a
   checkpoint: left out, with the reason in ``skipped``.
@@ -37,6 +38,7 @@ from trainer.checkpoint.layout import (
     checkpoint_dirs,
     step_of,
 )
+from trainer.checkpoint.manifest import content_digest
 from trainer.checkpoint.manifest import read_manifest as read_checkpoint_manifest
 from trainer.runfiles.metrics_file import MetricsFileError, parse_lines, read_run_file
 from trainer.runfiles.names import (
@@ -255,9 +257,8 @@ def _checkpoint(directory: Path, run_dir: Path) -> list[Artifact]:
         raise CheckpointError(f"{directory / MANIFEST_FILE}: files is not an object")
     found = []
     for name, entry in sorted(files.items()):
-        sha, size = (
-            (entry.get("sha256"), entry.get("size")) if isinstance(entry, dict) else (None, None)
-        )
+        # read_checkpoint_manifest checked every entry's form for its format version
+        sha, size = content_digest(entry), entry["size"]
         if not (isinstance(sha, str) and _SHA256.match(sha) and isinstance(size, int)):
             raise CheckpointError(f"{directory / MANIFEST_FILE}: bad entry for {name}")
         path = directory / name

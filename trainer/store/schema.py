@@ -16,7 +16,8 @@ runs.db (one run per file: the run of its directory):
   has no NaN: a NaN value is NULL (the loop refuses non-finite losses anyway); keys of a
   metrics record beyond the columns are kept in ``extra`` as JSON.
 - ``artifacts``: files of the run with their sha256 and size: ``checkpoint`` (from each
-  checkpoint's manifest.json, never re-hashed), ``export`` (hashed by `trainer runs sync`)
+  checkpoint's manifest.json, never re-hashed: a format 3 file's is the sha256 of its range
+  digests, trainer.checkpoint.manifest.content_digest), ``export`` (hashed by `trainer runs sync`)
   and ``file`` (run_manifest.json). Paths are relative to the run directory.
 """
 

@@ -214,12 +214,13 @@ def test_tiny_run_end_to_end_writes_complete_evidence(tmp_path):
     bound = result["bound"]  # each side named by the longer of its disk and hash times
     assert bound["disk_read_s"] == pytest.approx(medians["raw_read_s"])
     assert bound["disk_write_s"] == pytest.approx(medians["raw_write_s"])
-    for key in ("one_stream_s", "ranges_all_cores_s", "save_digests_s"):
+    for key in ("one_stream_s", "ranges_all_cores_s", "format_2_save_digests_s"):
         assert _positive_finite(bound[key]), key
     for side, disk, digests in (
         ("load", "disk_read_s", "ranges_all_cores_s"),
-        ("save", "disk_write_s", "save_digests_s"),
+        ("save", "disk_write_s", "ranges_all_cores_s"),
         ("load_format_1", "disk_read_s", "one_stream_s"),
+        ("save_format_2", "disk_write_s", "format_2_save_digests_s"),
     ):
         assert bound[side] == ("disk" if bound[disk] >= bound[digests] else "hashing (CPU)")
 
@@ -240,10 +241,11 @@ def test_bad_arguments_are_refused(tmp_path):
 
 def test_each_side_is_bound_by_the_longer_of_its_disk_and_hash_times():
     rounds = [{"raw_read_s": 2.0, "raw_write_s": 5.0}, {"raw_read_s": 4.0, "raw_write_s": 7.0}]
-    hashing = {"one_stream_s": 3.5, "ranges_all_cores_s": 1.5, "save_digests_s": 6.5}
+    hashing = {"one_stream_s": 3.5, "ranges_all_cores_s": 5.5, "format_2_save_digests_s": 6.5}
     bound = bench.bounds(rounds, hashing)
     assert (bound["disk_read_s"], bound["disk_write_s"]) == (3.0, 6.0)  # medians
-    assert (bound["load"], bound["save"], bound["load_format_1"]) == (
+    assert (bound["load"], bound["save"], bound["load_format_1"], bound["save_format_2"]) == (
+        "hashing (CPU)",
         "disk",
         "hashing (CPU)",
         "hashing (CPU)",

@@ -73,25 +73,42 @@ def save(
 
 
 def manifest_entry(data: bytes, range_bytes: int) -> dict:
-    """A format 2 manifest entry of ``data``, computed here from slices of it (an oracle
+    """The format 3 manifest entry of ``data``, computed here from slices of it (an oracle
     independent of trainer.checkpoint.manifest's incremental hashing)."""
     starts = range(0, max(len(data), 1), range_bytes)
     return {
-        "sha256": hashlib.sha256(data).hexdigest(),
         "size": len(data),
         "range_bytes": range_bytes,
         "range_sha256": [hashlib.sha256(data[i : i + range_bytes]).hexdigest() for i in starts],
     }
 
 
+def listed_digest(entry: dict) -> str:
+    """The one digest a run store records for a format 3 entry, computed here: the sha256 of
+    "<range_bytes>\n" followed by each range digest and a newline."""
+    lines = [str(entry["range_bytes"]), *entry["range_sha256"]]
+    return hashlib.sha256("".join(line + "\n" for line in lines).encode()).hexdigest()
+
+
 def as_format_1(checkpoint: Path) -> None:
     """Rewrite ``checkpoint``'s manifest as the trainer wrote it before issue 35 (format 1:
     each file's sha256 and size, no ranges); the data files are the same bytes."""
+    _rewrite(checkpoint, 1, lambda entry, sha256: {"sha256": sha256, "size": entry["size"]})
+
+
+def as_format_2(checkpoint: Path) -> None:
+    """Rewrite ``checkpoint``'s manifest as format 2 wrote it (issue 35's first round: each
+    file's ranges and its whole sha256); the data files are the same bytes."""
+    _rewrite(checkpoint, 2, lambda entry, sha256: {"sha256": sha256, **entry})
+
+
+def _rewrite(checkpoint: Path, version: int, entry_of) -> None:
     path = checkpoint / "manifest.json"
     data = json.loads(path.read_text(encoding="utf-8"))
-    data["format_version"] = 1
+    assert data["format_version"] == 3, "rewrites a manifest of the current format"
+    data["format_version"] = version
     data["files"] = {
-        name: {"sha256": entry["sha256"], "size": entry["size"]}
+        name: entry_of(entry, hashlib.sha256((checkpoint / name).read_bytes()).hexdigest())
         for name, entry in data["files"].items()
     }
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -20,10 +20,8 @@ tests/unit/trainer/test_checkpoint_crash_points.py's.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
-import types
 
 import pytest
 import torch
@@ -102,43 +100,45 @@ def test_a_save_hashes_while_writing_and_writes_the_adamw_state_from_its_own_mem
     assert verify.inspect_checkpoint(path).valid
 
 
-class _HeldDigest:
-    """sha256 whose updates wait until ``release`` is set; an update that waited 5 s for
-    it is recorded in ``waited`` (and then goes on)."""
-
-    def __init__(self, release: threading.Event, waited: list[bool]) -> None:
-        self._real, self._release, self._waited = hashlib.sha256(), release, waited
-
-    def update(self, data) -> None:
-        if not self._release.wait(timeout=5):
-            self._waited.append(True)
-        self._real.update(data)
-
-    def hexdigest(self) -> str:
-        return self._real.hexdigest()
-
-
 def test_a_save_writes_the_next_file_while_the_last_one_is_still_hashed(tmp_path, monkeypatch):
-    """The model file's hash is held until the next file's writing starts: a save that
-    waits for each hash before writing on would wait out the hold (and fail here)."""
-    monkeypatch.setattr(durable, "THREADED_BYTES", 0)  # every tensor file hashed on a thread
-    next_file_started, waited, made = threading.Event(), [], []
+    """The model file's range digests are held until the next file's writing starts: a save
+    that waits for each file's digests before writing on would wait out the hold (and fail
+    here)."""
+    monkeypatch.setattr(durable, "THREADED_BYTES", 0)  # every tensor file hashed on threads
+    next_file_started, waited, files_begun, held = threading.Event(), [], [], set()
+    real_write, real_submit, real_sha256_of = (
+        durable.write_hashed,
+        durable._submit,
+        durable._sha256_of,
+    )
 
-    def sha256(data=b""):
-        made.append(1)
-        if len(made) == 1:  # the model file's: the first file a save writes
-            return _HeldDigest(next_file_started, waited)
-        next_file_started.set()
-        return hashlib.sha256(data)
+    def write_hashed(path, pieces):
+        files_begun.append(path.name)
+        if len(files_begun) > 1:
+            next_file_started.set()
+        return real_write(path, pieces)
 
-    monkeypatch.setattr(durable, "hashlib", types.SimpleNamespace(sha256=sha256))
+    def submit(hashers, pieces):
+        if len(files_begun) == 1:  # a range of the model file: the first a save writes
+            held.add(id(pieces))
+        return real_submit(hashers, pieces)
+
+    def sha256_of(pieces):
+        if id(pieces) in held and not next_file_started.wait(timeout=5):
+            waited.append(True)
+        return real_sha256_of(pieces)
+
+    monkeypatch.setattr(durable, "write_hashed", write_hashed)
+    monkeypatch.setattr(durable, "_submit", submit)
+    monkeypatch.setattr(durable, "_sha256_of", sha256_of)
     model, optimizer = trained(steps=2)
     path = save(tmp_path, 4, model, optimizer)
-    assert not waited, "the save waited for model.safetensors' sha256 before writing on"
+    assert files_begun[0] == MODEL_FILE and held, "the model file's ranges were not held"
+    assert not waited, "the save waited for model.safetensors' digests before writing on"
     files = json.loads((path / MANIFEST_FILE).read_text())["files"]
     for name in DATA_FILES:
         data = (path / name).read_bytes()
-        assert files[name]["sha256"] == hashlib.sha256(data).hexdigest(), name
+        assert files[name] == manifest_entry(data, manifest.RANGE_BYTES), name
 
 
 def _state_of(model, optimizer) -> list[torch.Tensor]:

@@ -1,8 +1,10 @@
-"""Checkpoint format 2 (issue 35): every file's manifest entry lists the sha256 of each range
-of it, and a load verifies the ranges on every core, so the hashing keeps up with a disk that
-reads faster than one core hashes. Every byte is still covered: a flipped byte in any range,
-a truncated file, a manifest whose ranges do not add up are refused, naming the file (and the
-range); a format 1 checkpoint (whole-file sha256 only) is still verified and loaded.
+"""Checkpoint format 3 (issue 35): every file's manifest entry lists the sha256 of each range
+of it and nothing else; the save hashes the ranges on every core while it writes, and a load
+verifies them on every core, so the hashing keeps up with a disk that is faster than one
+core's sha256. Every byte is still covered: a flipped byte in any range, a truncated file, a
+manifest whose ranges do not add up are refused, naming the file (and the range); format 2
+(ranges and whole-file sha256) and format 1 (whole-file sha256 only) checkpoints are still
+verified and loaded.
 
 Ranges are made small here (100,000 bytes) so the tiny model's files span several."""
 
@@ -12,14 +14,22 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import threading
 import types
 from pathlib import Path
 
 import pytest
 
-from tests.unit.trainer.checkpoint_support import as_format_1, manifest_entry, save, trained
-from trainer.checkpoint import load, manifest, verify
+from tests.unit.trainer.checkpoint_support import (
+    as_format_1,
+    as_format_2,
+    listed_digest,
+    manifest_entry,
+    save,
+    trained,
+)
+from trainer.checkpoint import durable, load, manifest, verify
 from trainer.checkpoint.layout import (
     DATA_FILES,
     MANIFEST_FILE,
@@ -53,7 +63,7 @@ def _manifest(path: Path) -> dict:
 
 def test_a_save_lists_the_sha256_of_every_range_of_the_bytes_on_disk(checkpoint):
     data = _manifest(checkpoint)
-    assert data["format_version"] == 2
+    assert data["format_version"] == 3
     assert sorted(data["files"]) == sorted(DATA_FILES)
     for name, entry in data["files"].items():
         assert entry == manifest_entry((checkpoint / name).read_bytes(), RANGE), name
@@ -119,13 +129,30 @@ MANIFEST_DAMAGE = {
         lambda m, e: e.update(range_bytes=True),
         "range_bytes is true",
     ),
-    "no ranges at all in format 2": (
+    "no ranges at all in format 3": (
         lambda m, e: (e.pop("range_bytes"), e.pop("range_sha256")),
+        "has keys ['size'], a format 3 entry has ['range_bytes', 'range_sha256', 'size']",
+    ),
+    "a whole-file sha256 nothing verifies, in format 3": (
+        lambda m, e: e.update(sha256="0" * 64),
+        "has keys ['range_bytes', 'range_sha256', 'sha256', 'size']",
+    ),
+    "no ranges at all in format 2": (
+        lambda m, e: (
+            m.update(format_version=2),
+            e.update(sha256="0" * 64),
+            e.pop("range_bytes"),
+            e.pop("range_sha256"),
+        ),
         "range_bytes is null",
     ),
+    "no whole-file sha256 in format 2": (
+        lambda m, e: m.update(format_version=2),
+        'not {"sha256": "<hex>", "size": <bytes>, ...}',
+    ),
     "a format this trainer never wrote": (
-        lambda m, e: m.update(format_version=3),
-        "version 3; this trainer reads 'shipgate-checkpoint' versions 1 and 2",
+        lambda m, e: m.update(format_version=4),
+        "version 4; this trainer reads 'shipgate-checkpoint' versions 1, 2 and 3",
     ),
 }
 
@@ -141,7 +168,7 @@ def test_a_manifest_whose_ranges_do_not_add_up_is_refused_naming_the_entry(
     assert not report.valid
     (problem,) = report.problems
     assert problem.startswith(f"{path / MANIFEST_FILE}: ") and says in problem, problem
-    if "format" not in damage:
+    if "never wrote" not in damage:
         assert repr(OPTIMIZER_FILE) in problem
 
 
@@ -168,12 +195,24 @@ def test_a_format_1_checkpoint_is_verified_by_its_whole_file_sha256(checkpoint, 
     ]
 
 
-def test_the_ranges_of_one_file_are_hashed_on_several_threads_at_once(tmp_path, monkeypatch):
-    """Two ranges of one file in flight together: a loader that hashes a file's ranges one
-    after another (one core, as format 1 must) waits out the barrier and fails here."""
-    path = tmp_path / "file"
-    path.write_bytes(bytes(range(256)) * 2000)  # 512,000 bytes: 6 ranges
-    barrier, alone = threading.Barrier(2, timeout=5), []
+def test_a_format_2_checkpoint_is_verified_by_its_ranges(checkpoint, tmp_path):
+    path = _copy(checkpoint, tmp_path, "v2")
+    as_format_2(path)
+    assert _manifest(path)["format_version"] == 2
+    report = verify.inspect_checkpoint(path)
+    assert report.valid, report.problems
+    data = bytearray((path / MODEL_FILE).read_bytes())
+    data[RANGE + 1] ^= 0x01
+    (path / MODEL_FILE).write_bytes(bytes(data))
+    assert verify.inspect_checkpoint(path).problems == [
+        f"{path / MODEL_FILE}: sha256 differs from the manifest in bytes {RANGE}-{2 * RANGE} "
+        f"(range 2 of {-(-len(data) // RANGE)})"
+    ]
+
+
+def _lonely_sha256(barrier: threading.Barrier, alone: list[int]):
+    """hashlib.sha256 that first waits for a second caller: one that finds none (the barrier
+    times out) is counted in ``alone``."""
 
     def sha256(data=b""):
         try:
@@ -183,7 +222,35 @@ def test_the_ranges_of_one_file_are_hashed_on_several_threads_at_once(tmp_path, 
             barrier.reset()
         return hashlib.sha256(data)
 
-    monkeypatch.setattr(verify, "hashlib", types.SimpleNamespace(sha256=sha256))
+    return sha256
+
+
+def test_a_save_hashes_the_ranges_of_one_file_on_several_threads_at_once(
+    tmp_path, monkeypatch, small_ranges
+):
+    """Two ranges of one file hashed together while it is written: a save that hashes a file
+    as one stream (one core, as a whole-file digest must) waits out the barrier and fails."""
+    barrier, alone = threading.Barrier(2, timeout=5), []
+    monkeypatch.setattr(
+        durable, "hashlib", types.SimpleNamespace(sha256=_lonely_sha256(barrier, alone))
+    )
+    monkeypatch.setattr(durable, "HASHERS", 2)
+    monkeypatch.setattr(durable, "THREADED_BYTES", 0)
+    data = bytes(range(256)) * 2000  # 512,000 bytes: 6 ranges
+    entry = durable.write_hashed(tmp_path / "file", [data[:8], data[8:]]).entry()
+    assert entry == manifest_entry(data, RANGE)
+    assert len(alone) <= 1, f"{len(alone)} ranges were hashed with no other one in flight"
+
+
+def test_the_ranges_of_one_file_are_hashed_on_several_threads_at_once(tmp_path, monkeypatch):
+    """Two ranges of one file in flight together: a loader that hashes a file's ranges one
+    after another (one core, as format 1 must) waits out the barrier and fails here."""
+    path = tmp_path / "file"
+    path.write_bytes(bytes(range(256)) * 2000)  # 512,000 bytes: 6 ranges
+    barrier, alone = threading.Barrier(2, timeout=5), []
+    monkeypatch.setattr(
+        verify, "hashlib", types.SimpleNamespace(sha256=_lonely_sha256(barrier, alone))
+    )
     monkeypatch.setattr(verify, "HASHERS", 2)
     entry = manifest_entry(path.read_bytes(), RANGE)
     assert verify._verdicts(tmp_path, {"file": entry}, ["file"], keep=()) == [
@@ -198,3 +265,37 @@ def test_a_file_entry_reads_only_a_regular_file(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(OSError):
         manifest.file_entry(fifo)
+
+
+def test_a_run_store_s_digest_is_sha256sum_s_where_an_entry_has_it_else_the_ranges(
+    checkpoint, tmp_path
+):
+    """content_digest: format 1 and 2 entries keep the whole file's sha256 (what sha256sum
+    prints); a format 3 entry's is the sha256 of its range list, so it changes with any range."""
+    entry = _manifest(checkpoint)["files"][OPTIMIZER_FILE]
+    assert manifest.content_digest(entry) == listed_digest(entry)
+    other = dict(entry, range_sha256=[*entry["range_sha256"][:-1], "0" * 64])
+    assert manifest.content_digest(other) != manifest.content_digest(entry)
+    path = _copy(checkpoint, tmp_path, "v2")
+    as_format_2(path)
+    whole = hashlib.sha256((path / OPTIMIZER_FILE).read_bytes()).hexdigest()
+    assert manifest.content_digest(_manifest(path)["files"][OPTIMIZER_FILE]) == whole
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a Linux thread's nice value")
+def test_a_save_s_hashing_threads_run_behind_its_writer(tmp_path, monkeypatch, small_ranges):
+    """The writer, not the hashing, is the save's critical path: every thread that hashes a
+    range runs at a lower priority (a higher nice value) than the thread that writes."""
+    monkeypatch.setattr(durable, "THREADED_BYTES", 0)
+    writer = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    hashed_at, real = [], durable._sha256_of
+
+    def sha256_of(pieces):
+        hashed_at.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return real(pieces)
+
+    monkeypatch.setattr(durable, "_sha256_of", sha256_of)
+    data = bytes(range(256)) * 2000  # 6 ranges
+    assert durable.write_hashed(tmp_path / "file", [data]).entry() == manifest_entry(data, RANGE)
+    assert len(hashed_at) == 6 and min(hashed_at) > writer, (writer, hashed_at)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == writer

@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
 
-from tests.unit.trainer.checkpoint_support import as_format_1
+from tests.unit.trainer.checkpoint_support import as_format_1, as_format_2
 from tests.unit.trainer.loop_support import one_thread  # noqa: F401 - autouse fixture
 from tests.unit.trainer.resume_support import run_and_record, tensors_equal
 from trainer.checkpoint.layout import checkpoint_dirs, step_of
@@ -104,22 +104,24 @@ def test_a_run_resumed_in_a_new_process_is_bitwise_the_run_that_never_stopped(
 
 
 @pytest.mark.slow
-def test_a_format_1_checkpoint_resumes_bitwise_too(straight, tmp_path):
-    """Issue 35 changed the manifest (format 2: per-range digests); a checkpoint written
-    before it (format 1: whole-file sha256 only) still verifies and resumes bitwise."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_format_checkpoint_resumes_bitwise_too(straight, tmp_path, version):
+    """Issue 35 changed the manifest twice (format 2: per-range digests beside the whole
+    file's sha256; format 3: the ranges alone); a checkpoint written in format 1 (whole-file
+    sha256 only) or 2 still verifies and resumes bitwise."""
     expected, expected_tensors = straight
     spec = {"max_steps": N, "save_interval": 5, "run_dir": str(tmp_path / "run")}
     with pytest.raises(_Killed):
         run_and_record(spec, tmp_path / "killed", hooks=_KillAfter(7))
     newest = checkpoint_dirs(tmp_path / "run" / "checkpoints")[0]
     assert step_of(newest) == 5
-    as_format_1(newest)
-    assert json.loads((newest / "manifest.json").read_text())["format_version"] == 1
+    {1: as_format_1, 2: as_format_2}[version](newest)
+    assert json.loads((newest / "manifest.json").read_text())["format_version"] == version
     record = _resume_in_child(spec | {"resume": "latest"}, tmp_path / "resumed")
     assert record["steps"] == list(range(6, N + 1)), record["steps"]
     for key in ("losses", "grad_norms", "lrs", "rng_draws"):
         assert record[key] == expected[key][5:], (
-            f"{key} differ after resuming a format 1 checkpoint"
+            f"{key} differ after resuming a format {version} checkpoint"
         )
     differ = tensors_equal(
         load_file(str(tmp_path / "resumed" / "final.safetensors")), expected_tensors

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.trainer.checkpoint_support import listed_digest
 from tests.unit.trainer.loop_support import one_thread  # noqa: F401 - a fixture
 from tests.unit.trainer.store_support import (
     column,
@@ -46,13 +47,13 @@ def _expected_metrics(run_dir: Path) -> list[tuple]:
 
 
 def _checkpoint_files(run_dir: Path) -> list[tuple]:
-    """(path, sha256, bytes, step) of every file each checkpoint's manifest lists."""
+    """(path, digest, bytes, step) of every file each checkpoint's manifest lists."""
     found = []
     for directory in checkpoint_dirs(run_dir / "checkpoints"):
         manifest = json.loads((directory / "manifest.json").read_text())
         for name, entry in manifest["files"].items():
             rel = f"checkpoints/{directory.name}/{name}"
-            found.append((rel, entry["sha256"], entry["size"], manifest["step"]))
+            found.append((rel, listed_digest(entry), entry["size"], manifest["step"]))
     return sorted(found)
 
 

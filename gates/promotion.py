@@ -203,13 +203,15 @@ def _resolve_artifacts(
         if not recorded:
             _log(f"gates: {gate.id} records no artifact yet: using its recipe")
             built = _from_recipe(root, recipe, None)
-            add(built.path, built.sha256, built.bytes, _record_of(built))
+            add(built.path, built.sha256, built.bytes, built.build)
         for ref in recorded:
             shown = ref.get("path") or ref.get("name") or "artifact"
             path = (root / ref["path"]) if ref.get("path") else None
             if path is not None and path.exists():
                 now, size = _digest(path, recipe)
-                built_from = _recorded_build(root, recipe, ref) if now == ref["sha256"] else None
+                built_from, why = (
+                    _recorded_build(root, recipe, ref) if now == ref["sha256"] else (None, "")
+                )
                 if built_from is not None:
                     add(path, now, size, built_from)
                     continue
@@ -219,10 +221,7 @@ def _resolve_artifacts(
                         f"sha256 {now[:12]}… != recorded {ref['sha256'][:12]}…"
                     )
                 if now == ref["sha256"]:
-                    _log(
-                        f"gates: artifact {shown} was not built from the code as it is "
-                        f"({_changed_build(root, ref)}): rebuilt from its recipe"
-                    )
+                    _log(f"gates: artifact {shown} was {why}: rebuilt from its recipe")
                 else:
                     _log(f"gates: artifact {shown} no longer digests as {gate.evidence} records")
             elif recipe is None:
@@ -239,7 +238,7 @@ def _resolve_artifacts(
                 )
                 _log(f"gates: {note}")
                 notes.append(note)
-            add(built.path, built.sha256, built.bytes, _record_of(built))
+            add(built.path, built.sha256, built.bytes, built.build)
     for path, _ in refs:
         reason = measurer.check(path) if measurer.check else None
         if reason:
@@ -280,35 +279,23 @@ def _given_artifact(
     return sha256, size, built_from
 
 
-def _record_of(built: recipes.Built) -> recipes.BuildRecord:
-    return recipes.BuildRecord(built.build_sources, built.build_distributions)
-
-
 def _recorded_build(
     root: Path, recipe: recipes.Recipe | None, ref: dict
-) -> recipes.BuildRecord | None:
-    """The build record of a recorded path artifact that still digests as recorded: an empty
-    one without a recipe (nothing could build it); else the entry's ``build_sources`` and
-    ``build_distributions`` while they hold, or the cache entry of its digest; None: not
-    built from this tree."""
+) -> tuple[recipes.BuildRecord | None, str]:
+    """(the build record, "") of a recorded path artifact that still digests as recorded: an
+    empty one without a recipe (nothing could build it); else the entry's ``build_sources``
+    and ``build_distributions`` while they hold, or the cache entry of its digest. (None, why
+    it was not built from this tree) otherwise, completing "it was …"."""
     if recipe is None:
-        return recipes.BuildRecord(())
+        return recipes.BuildRecord(()), ""
     recorded = recipes.BuildRecord(
         tuple(ref.get("build_sources") or ()), dict(ref.get("build_distributions") or {})
     )
     if recorded.sources:
-        moved = recipes.changed_sources(root, recorded.sources) or recipes.changed_distributions(
-            recorded.distributions
-        )
-        return None if moved else recorded
-    return _build_record(root, recipe, ref["sha256"])
-
-
-def _changed_build(root: Path, ref: dict) -> str:
-    recorded = ref.get("build_sources") or ()
-    changed = recipes.changed_sources(root, recorded) if recorded else ""
-    moved = recipes.changed_distributions(ref.get("build_distributions") or {})
-    return changed or moved or "nothing records what built it"
+        why = recorded.differs(root)
+        return (None, why) if why else (recorded, "")
+    cached = _build_record(root, recipe, ref["sha256"])
+    return cached, "" if cached is not None else "not recorded as built from the code as it is"
 
 
 def _digest(path: Path, recipe: recipes.Recipe | None) -> tuple[str, int]:

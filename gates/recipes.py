@@ -311,6 +311,17 @@ class BuildRecord:
     sources: tuple[dict, ...]
     distributions: Mapping[str, str] = field(default_factory=dict)
 
+    def differs(self, root: Path) -> str:
+        """Why the artifact would not be built the same now, completing "it was …": "built
+        from other code (x changed, y gone)", "built with other installed packages (torch
+        2.12.0 -> 2.13.0)"; "" while every source hashes the same under ``root`` and every
+        distribution is installed at its version."""
+        changed = changed_sources(root, self.sources)
+        if changed:
+            return f"built from other code ({changed})"
+        moved = changed_distributions(self.distributions)
+        return f"built with other installed packages ({moved})" if moved else ""
+
 
 def cached(
     cache: Path, sha256: str, recipe: Recipe, root: Path, log: Log | None = None
@@ -336,13 +347,9 @@ def cached(
     if record is None:
         unused(f"{cache / sha256} records no build (built by an older gates): rebuilt")
         return None
-    changed = changed_sources(root, record.sources)
-    if changed:
-        unused(f"{cache / sha256} was built from other code ({changed}): rebuilt")
-        return None
-    moved = changed_distributions(record.distributions)
-    if moved:
-        unused(f"{cache / sha256} was built with other installed packages ({moved}): rebuilt")
+    why = record.differs(root)
+    if why:
+        unused(f"{cache / sha256} was {why}: rebuilt")
         return None
     return path, record
 
@@ -407,12 +414,9 @@ class Built:
     bytes: int
     #: "cache" (found) or "built" (rebuilt by this call).
     source: str
-    #: The repository files the build read, ``[{"path", "sha256"}]`` (gates.trace): what the
-    #: artifact is a function of. A cache entry is served only while they hash the same.
-    build_sources: tuple[dict, ...] = ()
-    #: The installed distributions the build imported, name -> version; served only while
-    #: the same versions are installed.
-    build_distributions: Mapping[str, str] = field(default_factory=dict)
+    #: What the artifact is a function of: the repository files the build read and the
+    #: installed distributions it imported. A cache entry is served only while they hold.
+    build: BuildRecord = field(default_factory=lambda: BuildRecord(()))
 
 
 def _stderr(line: str) -> None:
@@ -430,7 +434,7 @@ def obtain(root: Path, recipe: Recipe, want: str | None = None, log: Log = _stde
         if hit is not None:
             log(f"gates: using cached artifact {hit[0]}")
             size = digest(hit[0], recipe)[1]
-            return Built(hit[0], want, size, "cache", hit[1].sources, hit[1].distributions)
+            return Built(hit[0], want, size, "cache", hit[1])
     recipe_key = key(recipe, root)
     index = cache / INDEX_DIR / recipe_key
     # One build per recipe at a time: gates checked side by side (gates.checkrun) that need
@@ -447,7 +451,7 @@ def obtain(root: Path, recipe: Recipe, want: str | None = None, log: Log = _stde
         if hit is not None:
             log(f"gates: using cached artifact {hit[0]} (built earlier from this code)")
             size = digest(hit[0], recipe)[1]
-            return Built(hit[0], last, size, "cache", hit[1].sources, hit[1].distributions)
+            return Built(hit[0], last, size, "cache", hit[1])
         built = build(root, recipe, cache, log)
         _replace_unless_directory(cache / INDEX_DIR, log)
         atomic_write_text(index, built.sha256 + "\n")
@@ -593,6 +597,6 @@ def build(root: Path, recipe: Recipe, cache: Path, log: Log = _stderr) -> Built:
             entry.rename(target)
         path = target / recipe.artifact_name
         log(f"gates: built {path} (sha256 {sha256[:16]}…, {size} bytes)")
-        return Built(path, sha256, size, "built", build_sources, installed)
+        return Built(path, sha256, size, "built", BuildRecord(build_sources, installed))
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -169,8 +169,8 @@ def test_a_cache_entry_built_with_another_installed_version_is_rebuilt(project):
     installed = importlib.metadata.version("jsonschema")
     notes: list[str] = []
     first = _obtain(root, notes)
-    assert first.build_distributions.get("jsonschema") == installed
-    assert "torch" not in first.build_distributions  # only what the build imported
+    assert first.build.distributions.get("jsonschema") == installed
+    assert "torch" not in first.build.distributions  # only what the build imported
     record_path = first.path.parent / recipes.BUILD_RECORD
     record = json.loads(record_path.read_text())
     assert record["distributions"]["jsonschema"] == installed
@@ -290,7 +290,7 @@ def test_a_promotion_refuses_an_artifact_no_build_from_this_tree_made(project):
     assert not (root / "evidence" / "C-WIDGET" / f"{GATE}.json").exists()
 
 
-def test_a_given_artifact_a_build_from_this_tree_made_carries_that_build_record(project):
+def test_a_given_artifact_a_build_from_this_tree_made_carries_that_build_record(project, caplog):
     """Content-addressed: the same bytes as a cache entry built from this tree are that
     build; the evidence records its build sources, so editing them makes it stale, and the
     next check rebuilds instead of measuring the path as is."""
@@ -305,8 +305,13 @@ def test_a_given_artifact_a_build_from_this_tree_made_carries_that_build_record(
     assert freshness.stale_sources(root, result.evidence) == [
         ("widget_style.txt", "changed (read by the build of artifact widget.txt)")
     ]
+    caplog.clear()
     again = check(root, contract)
     assert builds(root) == 2, "the recorded path was measured although other code built it"
+    assert (
+        "artifact runs/widget.txt was built from other code (widget_style.txt changed): "
+        "rebuilt from its recipe" in caplog.text
+    ), caplog.text
     assert again.evidence["artifacts"][0]["sha256"] != entry["sha256"]
     assert "path" not in again.evidence["artifacts"][0]  # the rebuild, from the cache
 

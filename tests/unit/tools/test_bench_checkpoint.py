@@ -224,6 +224,10 @@ def test_tiny_run_end_to_end_writes_complete_evidence(tmp_path):
     ):
         assert bound[side] == ("disk" if bound[disk] >= bound[digests] else "hashing (CPU)")
 
+    warm_up = result["warm_up"]  # paid before the rounds, in neither side's times
+    assert _positive_finite(warm_up["write_s"]) and warm_up["counted"] is False
+    assert warm_up["bytes"] == pytest.approx(workload["checkpoint_bytes"], rel=0.05)
+
     eviction = result["cache_eviction"]
     assert eviction["drop_caches"] == "disabled (--no-drop-caches)"
     assert eviction["max_resident_fraction_seen"] <= bench.MAX_RESIDENT

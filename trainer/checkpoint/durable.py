@@ -30,7 +30,6 @@ erratic, at times 10x slower (0.4 vs 4 GB/s), 1 MiB ones steady.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import struct
@@ -44,7 +43,7 @@ from typing import Any
 import torch
 
 from trainer.checkpoint import manifest
-from trainer.checkpoint.manifest import HASHERS, bytes_entry, entry_of
+from trainer.checkpoint.manifest import HASHERS, bytes_entry, cut_into_ranges, entry_of, sha256_of
 
 #: Bytes per os.write of a large tensor; smaller tensors are gathered up to it.
 CHUNK_BYTES = 1024 * 1024
@@ -154,35 +153,6 @@ class PendingEntry:
         return entry_of(self._size, self._range_bytes, [d.result() for d in self._digests])
 
 
-def _sha256_of(pieces: list[memoryview]) -> str:
-    digest = hashlib.sha256()
-    for piece in pieces:
-        digest.update(piece)
-    return digest.hexdigest()
-
-
-def _ranges(
-    chunks: Iterable[memoryview], range_bytes: int
-) -> Iterator[tuple[memoryview, list[list[memoryview]]]]:
-    """Each chunk in order with the ranges it completes (each range the list of its pieces,
-    chunks cut at range boundaries); then an empty chunk with the last range: shorter, or
-    empty when no byte came (an empty file has one range, empty)."""
-    pieces: list[memoryview] = []
-    in_range = completed = 0
-    for chunk in chunks:
-        done, view = [], chunk
-        while view:
-            take = min(len(view), range_bytes - in_range)
-            pieces.append(view[:take])
-            in_range, view = in_range + take, view[take:]
-            if in_range == range_bytes:
-                done.append(pieces)
-                pieces, in_range = [], 0
-        completed += len(done)
-        yield chunk, done
-    yield memoryview(b""), [pieces] if pieces or not completed else []
-
-
 def write_hashed(path: Path, pieces: list[memoryview | bytes]) -> PendingEntry:
     """Create ``path`` holding ``pieces`` one after another; its manifest entry (the sha256
     of each range, trainer/checkpoint/manifest.py) of the very chunks written, pending while
@@ -201,7 +171,7 @@ def write_hashed(path: Path, pieces: list[memoryview | bytes]) -> PendingEntry:
     size = 0
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
     try:
-        for chunk, done in _ranges(_chunks(pieces, CHUNK_BYTES), range_bytes):
+        for chunk, done in cut_into_ranges(_chunks(pieces, CHUNK_BYTES), range_bytes):
             digests += [_submit(hashers, range_pieces) for range_pieces in done]
             _write_all(fd, chunk)
             size += chunk.nbytes
@@ -233,9 +203,9 @@ def _behind_the_writer() -> None:
 def _submit(hashers: ThreadPoolExecutor | None, pieces: list[memoryview]) -> Future[str]:
     """The sha256 of ``pieces``: on ``hashers``, or now (a small file)."""
     if hashers is not None:
-        return hashers.submit(_sha256_of, pieces)
+        return hashers.submit(sha256_of, pieces)
     done: Future[str] = Future()
-    done.set_result(_sha256_of(pieces))
+    done.set_result(sha256_of(pieces))
     return done
 
 

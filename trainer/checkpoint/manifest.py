@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,33 +49,37 @@ def range_count(size: int, range_bytes: int) -> int:
     return max(1, -(-size // range_bytes))
 
 
-class RangeDigests:
-    """The sha256 of every ``range_bytes`` range of bytes fed in order, in pieces of any size
-    (a piece may span ranges)."""
-
-    def __init__(self, range_bytes: int | None = None) -> None:
-        self.range_bytes = range_bytes or RANGE_BYTES  # looked up now: tests set it smaller
-        self.size = 0
-        self._done: list[str] = []
-        self._range = hashlib.sha256()
-        self._in_range = 0
-
-    def update(self, data: bytes | memoryview) -> None:
-        view = memoryview(data).cast("B")
-        self.size += len(view)
+def cut_into_ranges(
+    chunks: Iterable[bytes | memoryview], range_bytes: int
+) -> Iterator[tuple[memoryview, list[list[memoryview]]]]:
+    """Each chunk in order (as a byte view) with the ranges it completes, each range the list
+    of its pieces (views of the chunks, cut at range boundaries); then an empty chunk with
+    the last range: shorter, or empty when no byte came (an empty file has one range, empty).
+    The one place a file is cut into ranges: a save hashes the ranges of what it writes
+    (trainer/checkpoint/durable.py), bytes_entry and file_entry those of what they are given."""
+    pieces: list[memoryview] = []
+    in_range = completed = 0
+    for raw in chunks:
+        chunk = memoryview(raw).cast("B")
+        done, view = [], chunk
         while view:
-            take = min(len(view), self.range_bytes - self._in_range)
-            self._range.update(view[:take])
-            self._in_range += take
-            view = view[take:]
-            if self._in_range == self.range_bytes:
-                self._done.append(self._range.hexdigest())
-                self._range, self._in_range = hashlib.sha256(), 0
+            take = min(len(view), range_bytes - in_range)
+            pieces.append(view[:take])
+            in_range, view = in_range + take, view[take:]
+            if in_range == range_bytes:
+                done.append(pieces)
+                pieces, in_range = [], 0
+        completed += len(done)
+        yield chunk, done
+    yield memoryview(b""), [pieces] if pieces or not completed else []
 
-    def digests(self) -> list[str]:
-        """One per range of the bytes fed so far; the last may be shorter (or empty)."""
-        last = [self._range.hexdigest()] if self._in_range or not self._done else []
-        return [*self._done, *last]
+
+def sha256_of(pieces: list[memoryview]) -> str:
+    """The sha256 of ``pieces`` one after another (one range)."""
+    digest = hashlib.sha256()
+    for piece in pieces:
+        digest.update(piece)
+    return digest.hexdigest()
 
 
 def entry_of(size: int, range_bytes: int, digests: list[str]) -> dict[str, Any]:
@@ -82,21 +87,25 @@ def entry_of(size: int, range_bytes: int, digests: list[str]) -> dict[str, Any]:
     return {"size": size, "range_bytes": range_bytes, "range_sha256": digests}
 
 
+def _entry_of_chunks(chunks: Iterable[bytes | memoryview]) -> dict[str, Any]:
+    range_bytes = RANGE_BYTES  # looked up now: tests set it smaller
+    size, digests = 0, []
+    for chunk, done in cut_into_ranges(chunks, range_bytes):
+        size += chunk.nbytes
+        digests += [sha256_of(pieces) for pieces in done]
+    return entry_of(size, range_bytes, digests)
+
+
 def bytes_entry(data: bytes | memoryview) -> dict[str, Any]:
     """The manifest entry of ``data``."""
-    ranges = RangeDigests()
-    ranges.update(data)
-    return entry_of(ranges.size, ranges.range_bytes, ranges.digests())
+    return _entry_of_chunks([data])
 
 
 def file_entry(path: Path) -> dict[str, Any]:
     """The manifest entry of the file at ``path``, read from disk. Only a regular file is
     read (gates.files.open_regular: a FIFO planted in a checkpoint would never end)."""
-    ranges = RangeDigests()
     with os.fdopen(open_regular(path), "rb") as fh:
-        while chunk := fh.read(CHUNK_BYTES):
-            ranges.update(chunk)
-    return entry_of(ranges.size, ranges.range_bytes, ranges.digests())
+        return _entry_of_chunks(iter(lambda: fh.read(CHUNK_BYTES), b""))
 
 
 def content_digest(entry: dict[str, Any]) -> str:

@@ -109,7 +109,7 @@ def test_a_save_writes_the_next_file_while_the_last_one_is_still_hashed(tmp_path
     real_write, real_submit, real_sha256_of = (
         durable.write_hashed,
         durable._submit,
-        durable._sha256_of,
+        durable.sha256_of,
     )
 
     def write_hashed(path, pieces):
@@ -130,7 +130,7 @@ def test_a_save_writes_the_next_file_while_the_last_one_is_still_hashed(tmp_path
 
     monkeypatch.setattr(durable, "write_hashed", write_hashed)
     monkeypatch.setattr(durable, "_submit", submit)
-    monkeypatch.setattr(durable, "_sha256_of", sha256_of)
+    monkeypatch.setattr(durable, "sha256_of", sha256_of)
     model, optimizer = trained(steps=2)
     path = save(tmp_path, 4, model, optimizer)
     assert files_begun[0] == MODEL_FILE and held, "the model file's ranges were not held"

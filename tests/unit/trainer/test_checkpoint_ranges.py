@@ -232,7 +232,7 @@ def test_a_save_hashes_the_ranges_of_one_file_on_several_threads_at_once(
     as one stream (one core, as a whole-file digest must) waits out the barrier and fails."""
     barrier, alone = threading.Barrier(2, timeout=5), []
     monkeypatch.setattr(
-        durable, "hashlib", types.SimpleNamespace(sha256=_lonely_sha256(barrier, alone))
+        manifest, "hashlib", types.SimpleNamespace(sha256=_lonely_sha256(barrier, alone))
     )
     monkeypatch.setattr(durable, "HASHERS", 2)
     monkeypatch.setattr(durable, "THREADED_BYTES", 0)
@@ -288,13 +288,13 @@ def test_a_save_s_hashing_threads_run_behind_its_writer(tmp_path, monkeypatch, s
     range runs at a lower priority (a higher nice value) than the thread that writes."""
     monkeypatch.setattr(durable, "THREADED_BYTES", 0)
     writer = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    hashed_at, real = [], durable._sha256_of
+    hashed_at, real = [], durable.sha256_of
 
     def sha256_of(pieces):
         hashed_at.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         return real(pieces)
 
-    monkeypatch.setattr(durable, "_sha256_of", sha256_of)
+    monkeypatch.setattr(durable, "sha256_of", sha256_of)
     data = bytes(range(256)) * 2000  # 6 ranges
     assert durable.write_hashed(tmp_path / "file", [data]).entry() == manifest_entry(data, RANGE)
     assert len(hashed_at) == 6 and min(hashed_at) > writer, (writer, hashed_at)

@@ -14,7 +14,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,14 +95,18 @@ def cpu_370m():
 
 
 @pytest.fixture(scope="module")
-def saved_370m(cpu_370m, tmp_path_factory) -> Saved:
+def saved_370m(cpu_370m, tmp_path_factory) -> Iterator[Saved]:
+    """The 1.5 GB export, removed when the module ends (not when the session does)."""
     out = tmp_path_factory.mktemp("export-370m")
     try:
         save_weights(cpu_370m, out / "model.safetensors")
     except Exception as exc:  # the test asserts on it: a refusal is a finding, not a crash
-        return Saved(out, f"{type(exc).__name__}: {exc}")
-    (out / "config.json").write_text(json.dumps(hf_config_dict(cpu_370m.config), indent=2))
-    return Saved(out, None)
+        yield Saved(out, f"{type(exc).__name__}: {exc}")
+    else:
+        (out / "config.json").write_text(json.dumps(hf_config_dict(cpu_370m.config), indent=2))
+        yield Saved(out, None)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def file_header(path: Path) -> dict:

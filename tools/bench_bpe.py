@@ -5,14 +5,21 @@ side by side in one run; write the numbers as JSON (for `gates promote` evidence
     python tools/bench_bpe.py vs-hf --vocab-size 32768 --out hf.json [--input DIR...]
 
 Each trainer runs in a fresh process (`_run_one`), so its wall-clock and peak RSS are its
-own: peak RSS = the process's max RSS + the largest of its child processes' (counting
-workers). Repeats alternate the trainers and report medians.
+own. Peak RSS is of all its processes at once, bounded from above: HF trains in one
+process (threads), so its max RSS; ours counts pre-tokens on ``WORKERS`` forked workers
+that end before training starts, so the larger of the process's max RSS over the whole run
+and its max RSS up to the end of counting plus every worker at the largest worker's max
+RSS (a worker's shared pages counted in both: an overestimate). Until issue 32 this added
+the process's max RSS and the largest worker's, maxima taken in different phases: neither
+a bound (two workers at once) nor a measurement (the process peaks while training, after
+the workers ended). Repeats alternate the trainers and report medians.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -26,6 +33,8 @@ sys.path.insert(0, str(ROOT))
 #: Documents are the first 500 stdlib modules (sorted paths), each cut to its first 2 KiB
 #: so the naive reference finishes in about a minute.
 SPEEDUP_DOCS, SPEEDUP_DOC_BYTES, SPEEDUP_VOCAB, SPEEDUP_MIN_FREQ = 500, 2048, 2048, 2
+#: Counting processes of our trainer (trainer/tokenizer/counting.py's default: one per core).
+WORKERS = os.cpu_count() or 1
 
 
 def stdlib_files() -> list[Path]:
@@ -53,6 +62,7 @@ def _run_one(kind: str, spec: dict) -> dict:
 
     sys.path.insert(0, str(ROOT))
     start = time.perf_counter()
+    counting_kb = workers = 0  # HF: one process, no workers
     if kind == "hf":
         from tokenizers import Tokenizer, models, pre_tokenizers, trainers  # noqa: PLC0415
 
@@ -73,21 +83,38 @@ def _run_one(kind: str, spec: dict) -> dict:
         from trainer.tokenizer.pretokenize import count_words  # noqa: PLC0415
 
         if "files" in spec:
-            counts = count_files([Path(f) for f in spec["files"]])
+            counts = count_files([Path(f) for f in spec["files"]], workers=WORKERS)
+            workers = WORKERS
         else:
             counts = count_words(spec["texts"])
+        counting_kb = _max_rss_kb(resource.RUSAGE_SELF)  # the process while workers lived
         train = bpe.train_reference if kind == "reference" else bpe.train_fast
         model = train(counts, vocab_size=spec["vocab_size"], min_frequency=spec["min_frequency"])
         merges = list(model.merges)
     seconds = time.perf_counter() - start
-    self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    self_kb = _max_rss_kb(resource.RUSAGE_SELF)
+    worker_kb = _max_rss_kb(resource.RUSAGE_CHILDREN)  # the largest reaped child's
+    if workers and worker_kb:
+        all_at_once_kb = max(self_kb, counting_kb + workers * worker_kb)
+    else:  # one process (HF's children, were there any, counted at their peak beside it)
+        all_at_once_kb = self_kb + worker_kb
     return {
         "seconds": seconds,
-        "peak_rss_bytes": (self_kb + child_kb) * 1024,
+        "peak_rss_bytes": all_at_once_kb * 1024,
+        "peak_rss_parts": {
+            "process_bytes": self_kb * 1024,
+            "process_until_counted_bytes": counting_kb * 1024,
+            "largest_worker_bytes": worker_kb * 1024,
+            "workers": workers if worker_kb else 0,
+        },
         "merges": len(merges),
         "merges_sha256": hashlib.sha256(json.dumps(merges).encode()).hexdigest(),
     }
+
+
+def _max_rss_kb(who: int) -> int:
+    """Max RSS in KiB (Linux's ru_maxrss unit)."""
+    return resource.getrusage(who).ru_maxrss
 
 
 def run_isolated(kind: str, spec: dict) -> dict:
@@ -115,6 +142,7 @@ def compare(kinds: list[str], spec: dict, repeats: int) -> dict:
             "seconds_median": statistics.median(r["seconds"] for r in rs),
             "seconds": [round(r["seconds"], 3) for r in rs],
             "peak_rss_bytes_median": statistics.median(r["peak_rss_bytes"] for r in rs),
+            "peak_rss_parts": [r["peak_rss_parts"] for r in rs],
             "merges": rs[0]["merges"],
             "merges_sha256": rs[0]["merges_sha256"],
             "deterministic": len({r["merges_sha256"] for r in rs}) == 1,

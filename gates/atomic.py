@@ -359,6 +359,10 @@ def recover(root: Path) -> Recovery:
     return Recovery("rolled back", targets, tuple(removed + _roll_back(root, record)))
 
 
+#: The project's lock file (at its root), held by every promotion, re-promotion and demotion.
+LOCK_NAME = ".gates.lock"
+
+
 @contextlib.contextmanager
 def locked(
     lock_path: Path,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import logging
 import sys
 from collections.abc import Iterator
@@ -33,15 +32,15 @@ from gates import (
 from gates.checks.project_rules import evidence_mismatches
 from gates.contract import Contract, Gate
 from gates.machine_paths import portable_command
-from gates.rules import about_recorded_evidence
+from gates.service import (
+    ContractsUnusableError,
+    RefusedError,
+    UnknownGateError,
+    evidence_bytes,
+    find_gate,
+    usable_contracts,
+)
 from gates.source import MAX_SOURCE_BYTES
-from gates.validate import validate
-
-LOCK_NAME = ".gates.lock"
-
-
-class RefusedError(Exception):
-    """The gate cannot be checked or promoted; the message says why. Nothing was written."""
 
 
 @dataclass
@@ -55,23 +54,18 @@ class CheckResult:
 
 
 def load_gate(root: Path, contract_path: Path, gate_id: str) -> tuple[Contract, Gate]:
-    result = validate([contract_path], root=root)
-    if result.unreadable:
-        raise RefusedError("; ".join(result.unreadable))
-    # Findings about recorded evidence do not stop a re-measurement: it is how they are fixed.
-    errors = [f for f in result.report.sorted() if f in result.report.errors]
-    errors = [f for f in errors if not about_recorded_evidence(f.rule)]
-    if errors:
-        first = errors[0]
-        raise RefusedError(
-            f"{first.file}:{first.line}: {first.rule}: {first.message} "
-            "(the contract must pass `pv validate` first)"
-        )
-    contract = result.contracts[0]
-    gate = contract.gate(gate_id)
-    if gate is None:
-        raise RefusedError(f"{contract_path} has no gate {gate_id}")
-    return contract, gate
+    """The contract at ``contract_path`` and its gate, refused unless the contract validates;
+    findings about recorded evidence do not stop a re-measurement: it is how they are fixed."""
+    try:
+        contract = usable_contracts([contract_path], root=root, remeasuring=True).contracts[0]
+    except ContractsUnusableError as exc:
+        if exc.unreadable:
+            raise RefusedError(str(exc)) from None
+        raise RefusedError(f"{exc} (the contract must pass `pv validate` first)") from None
+    try:
+        return find_gate([contract], gate_id)
+    except UnknownGateError:
+        raise RefusedError(f"{contract_path} has no gate {gate_id}") from None
 
 
 def _recorded_artifacts(root: Path, gate: Gate) -> list[dict]:
@@ -473,7 +467,7 @@ def promote(
     command = command or portable_command(sys.argv[0], sys.argv[1:], root)
     if allow_dirty is not None and not allow_dirty.strip():
         raise RefusedError("--allow-dirty must say why (a reason recorded in the evidence)")
-    with atomic.locked(root / LOCK_NAME):
+    with atomic.locked(root / atomic.LOCK_NAME):
         _recover(root)
         # Read the contract only once the lock is held: a concurrent promotion's edit is kept.
         contract, gate = load_gate(root, contract_path, gate_id)
@@ -520,7 +514,7 @@ def promote(
         _commit(
             root,
             {
-                root / ev_rel: (json.dumps(result.evidence, indent=2) + "\n").encode(),
+                root / ev_rel: evidence_bytes(result.evidence),
                 contract_path: new_text.encode(),
             },
         )
@@ -532,7 +526,7 @@ def demote(
 ) -> str:
     if not reason.strip():
         raise RefusedError("--reason must say why the gate is demoted")
-    with atomic.locked(root / LOCK_NAME):
+    with atomic.locked(root / atomic.LOCK_NAME):
         _recover(root)
         _, gate = load_gate(root, contract_path, gate_id)
         if gate.status == "PENDING":
@@ -563,7 +557,7 @@ def recover_before_reading(root: Path) -> atomic.Recovery:
     ever. Takes the lock only when there is something to recover."""
     if not atomic.pending(root):
         return atomic.Recovery()
-    with atomic.locked(root / LOCK_NAME):
+    with atomic.locked(root / atomic.LOCK_NAME):
         return _recover(root)
 
 

@@ -14,8 +14,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from gates.atomic import LOCK_NAME
 from gates.files import atomic_write_text
-from gates.promotion import LOCK_NAME
 
 SUBJECT = "shipgate_example.py"
 GATE_ID = "GATE-EXAMPLE-001"

@@ -11,11 +11,9 @@ from pathlib import Path
 from gates import exit_codes
 from gates.contract import Contract
 from gates.machine_paths import portable_command
-from gates.promotion import RefusedError
 from gates.render import render
-from gates.rules import about_recorded_evidence
 from gates.schema import did_you_mean
-from gates.validate import validate
+from gates.service import ContractsUnusableError, RefusedError, usable_contracts
 
 
 class UsageError(Exception):
@@ -52,27 +50,30 @@ def add_contract_arguments(p: argparse.ArgumentParser, *, flag: bool = False) ->
 def valid_contracts(
     args: argparse.Namespace, prog: str, *, remeasuring: bool = False
 ) -> list[Contract]:
-    """Validated contracts for commands that read them; refuses when any has an error,
-    since a status or gate read from an invalid contract would be a guess. A command that
-    re-measures (``remeasuring``) goes on over errors about recorded evidence or the audit
-    (rules.about_recorded_evidence): re-measuring is how they are fixed."""
-    result = validate(args.files or default_contracts(), root=args.root, debug=args.debug)
-    if result.unreadable:
-        raise UsageError("; ".join(result.unreadable))
-    errors = result.report.errors
-    if remeasuring:
-        errors = [f for f in errors if not about_recorded_evidence(f.rule)]
-        if len(errors) < len(result.report.errors):
-            n = len(result.report.errors) - len(errors)
-            print(
-                f"{prog}: {n} finding(s) about recorded evidence (`pv validate` lists them) "
-                "do not stop a re-measurement",
-                file=sys.stderr,
-            )
-    if errors:
-        print(render(result.report, "text"), file=sys.stderr)
-        raise ContractsInvalidError(f"{prog}: contracts do not validate; fix the errors above")
-    return result.contracts
+    """Validated contracts for commands that read them (gates.service.usable_contracts):
+    refused when any has an error; a command that re-measures (``remeasuring``) goes on over
+    errors about recorded evidence or the audit, and says how many."""
+    try:
+        usable = usable_contracts(
+            args.files or default_contracts(),
+            root=args.root,
+            debug=args.debug,
+            remeasuring=remeasuring,
+        )
+    except ContractsUnusableError as exc:
+        if exc.unreadable:
+            raise UsageError(str(exc)) from None
+        print(render(exc.report, "text"), file=sys.stderr)
+        raise ContractsInvalidError(
+            f"{prog}: contracts do not validate; fix the errors above"
+        ) from None
+    if usable.waived:
+        print(
+            f"{prog}: {usable.waived} finding(s) about recorded evidence (`pv validate` lists "
+            "them) do not stop a re-measurement",
+            file=sys.stderr,
+        )
+    return usable.contracts
 
 
 def require_known(kind: str, value: str | None, known: list[str]) -> None:

@@ -4,20 +4,27 @@ only through that measurement."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from gates import at_ref, checkrun, evidence, exit_codes, files, freshness, measure, promotion
+from gates import (
+    at_ref,
+    checkrun,
+    evidence,
+    exit_codes,
+    freshness,
+    measure,
+    promotion,
+    service,
+)
 from gates.checks.project_rules import evidence_mismatches
 from gates.cli.common import (
     UsageError,
     positive_int,
     recorded_command,
-    require_known,
     valid_contracts,
 )
 from gates.contract import Contract, Gate
@@ -40,8 +47,11 @@ def recover_interrupted(args: argparse.Namespace) -> None:
 
 
 def find_gate(contracts: list[Contract], gate_id: str) -> tuple[Contract, Gate]:
-    require_known("gate", gate_id, [g.id for c in contracts for g in c.gates])
-    return next((c, g) for c in contracts for g in c.gates if g.id == gate_id)
+    """gates.service.find_gate; an unknown id is a usage error (with the nearest id)."""
+    try:
+        return service.find_gate(contracts, gate_id)
+    except service.UnknownGateError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _target(args: argparse.Namespace) -> tuple[Path, Contract, Gate]:
@@ -81,19 +91,19 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.mutant and (args.out or args.artifact):
         raise UsageError("--mutant measures mutated code: no --out evidence, no --artifact")
     root, contract, gate = _target(args)
-    result = promotion.check(
-        root,
+    result = service.check_gate(
         contract,
         gate,
         args.artifact,
+        root=root,
         command=recorded_command("gates", root),
         mutant=args.mutant,
+        out=args.out,
     )
     _print_check(result)
     if args.mutant:
         return _mutant_verdict(gate.id, args.mutant, result.verdict)
     if args.out:
-        files.atomic_write_bytes(args.out, (json.dumps(result.evidence, indent=2) + "\n").encode())
         print(f"evidence written to {args.out}")
     return exit_codes.OK if result.verdict in ("PASS", "PARTIAL") else exit_codes.FINDINGS
 

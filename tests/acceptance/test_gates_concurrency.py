@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from gates import atomic, audit_record, evidence, promotion
+from gates import atomic, audit_record, evidence
 from gates.cli import pv as pv_cli
 from tests.acceptance import widget_project
 
@@ -93,7 +93,7 @@ def _files(root: Path) -> dict[str, bytes]:
         for p in sorted(root.rglob("*"))
         if p.is_file()
         and not {".git", "__pycache__"} & set(p.relative_to(root).parts)
-        and p.name != promotion.LOCK_NAME
+        and p.name != atomic.LOCK_NAME
     }
 
 
@@ -164,7 +164,7 @@ def _race(pristine: Path, name: str, pairing: Pairing) -> tuple[Path, dict]:
 def _check(root: Path, pristine: Path, done: dict, second: str, contract: bytes) -> None:
     for command, (code, err) in done.items():
         assert "Traceback" not in err and "internal error" not in err, (command, err)
-        refused = command == second and code in (1, 2) and promotion.LOCK_NAME in err
+        refused = command == second and code in (1, 2) and atomic.LOCK_NAME in err
         assert code == 0 or refused, (command, code, err)
     after, expected = _files(root), _files(pristine)
     if done["promote"][0] == 0:

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import shutil
 import signal
@@ -625,18 +624,18 @@ def _load_config(path: Path, device: str, show: Callable[[str], None]):
 
 def _valid_contracts(paths: list[Path], stage: str, show: Callable[[str], None]) -> list[Contract]:
     """The contracts at ``paths``, validated together as `gates check --files` and `gates
-    report --files` validate them; an unreadable or invalid one fails the stage (the
-    validation errors to ``show``)."""
+    report --files` validate them (gates.service); an unreadable or invalid one fails the
+    stage (the validation errors to ``show``)."""
+    from gates import service  # noqa: PLC0415
     from gates.render import render  # noqa: PLC0415
-    from gates.validate import validate  # noqa: PLC0415
 
-    result = validate(paths)
-    if result.unreadable:
-        raise _failed(stage, "; ".join(result.unreadable))
-    if result.report.errors:
-        show(render(result.report, "text"))
-        raise _failed(stage, "the contracts do not validate; the errors are above")
-    return result.contracts
+    try:
+        return service.usable_contracts(paths).contracts
+    except service.ContractsUnusableError as exc:
+        if exc.unreadable:
+            raise _failed(stage, str(exc)) from None
+        show(render(exc.report, "text"))
+        raise _failed(stage, "the contracts do not validate; the errors are above") from None
 
 
 def _check_gate(
@@ -648,36 +647,30 @@ def _check_gate(
     *,
     show: Callable[[str], None],
 ) -> dict:
-    """`gates check GATE [--artifact PATH] --out OUT --files FILE...`: the gate's bound tests
-    and measurement (gates.promotion.check), its evidence written to ``out`` whatever the
-    verdict. What the check prints is held back, as from the command in a subprocess, and
-    shown (to ``show``) only when the check cannot be made; that fails the stage."""
-    from gates import promotion  # noqa: PLC0415
-    from gates.validate import find_root  # noqa: PLC0415
+    """`gates check GATE [--artifact PATH] --out OUT --files FILE...` (gates.service): the
+    gate's bound tests and measurement, its evidence written to ``out`` whatever the verdict.
+    What the check prints is held back, as from the command in a subprocess, and shown (to
+    ``show``) only when the check cannot be made; that fails the stage."""
+    from gates import service  # noqa: PLC0415
 
-    found = [(c, g) for c in contracts for g in c.gates if g.id == gate_id]
-    if not found:
-        raise _failed("gates", f"no contract in {', '.join(map(str, files))} has {gate_id}")
-    contract, gate = found[0]
+    try:
+        contract, gate = service.find_gate(contracts, gate_id)
+    except service.UnknownGateError:
+        raise _failed(
+            "gates", f"no contract in {', '.join(map(str, files))} has {gate_id}"
+        ) from None
     command = ["gates", "check", gate_id, "--out", str(out)]
     command += [arg for path in artifacts for arg in ("--artifact", str(path))]
     command += ["--files", *map(str, files)]
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
-            result = promotion.check(
-                find_root(contract.path),
-                contract,
-                gate,
-                artifacts,
-                command=command,
-            )
+            result = service.check_gate(contract, gate, artifacts, command=command, out=out)
     except Exception as exc:  # refused, or a measurement's own failure (gates: INTERNAL)
         if printed.getvalue():
             show(printed.getvalue().removesuffix("\n"))
         why = "".join(traceback.format_exception_only(exc)).strip()
         raise _failed("gates", f"`{' '.join(command)}` wrote no evidence: {why}") from exc
-    atomic_write_bytes(out, (json.dumps(result.evidence, indent=2) + "\n").encode())
     return result.evidence
 
 

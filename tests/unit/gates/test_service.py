@@ -1,0 +1,106 @@
+"""gates.service: the one way through a project's contracts (validate them, find a gate, check
+it, write its evidence) that the CLI, a promotion and the trainer's pipeline share."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gates import promotion, service
+from tests.acceptance import widget_project
+
+GATE = "GATE-WIDGET-001"
+MEASURING = ("gates.promotion", "gates.measure", "gates.recipes", "gates.trace", "gates.testrun")
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> tuple[Path, Path]:
+    root = tmp_path / "widget"
+    root.mkdir()
+    contract = widget_project.build(root)
+    spec = importlib.util.spec_from_file_location(
+        "widget_measurement", root / "widget_measurement.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # registers the GATE-WIDGET-* measurements in-process
+    return root, contract
+
+
+def lines(root: Path, count: int) -> Path:
+    path = root.parent / f"{count}-lines.txt"
+    path.write_text("".join(f"line {i}\n" for i in range(count)))
+    return path
+
+
+def _loaded_by(module: str) -> list[str]:
+    probe = f"import sys, {module}; print(' '.join(m for m in {MEASURING!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def test_a_pv_command_loads_none_of_the_measuring_code():
+    """`pv validate` and `pv status` read contracts only: importing the measuring code (the
+    whole promotion graph) into them cost every `pv` run and tied it to what it never uses.
+    The probe sees that code where it is imported (`gates`), so an empty answer is real."""
+    assert _loaded_by("gates.cli.pv") == []
+    assert "gates.promotion" in _loaded_by("gates.cli.gates")
+
+
+def test_an_invalid_contract_is_refused_naming_its_first_error_at_file_and_line(project):
+    root, contract = project
+    contract.write_text(
+        contract.read_text().replace("  kind: tooling\n", "  kind: tooling\n  colour: red\n")
+    )
+    with pytest.raises(service.ContractsUnusableError) as refused:
+        service.usable_contracts([contract], root=root)
+    assert refused.value.unreadable == [] and refused.value.errors
+    assert str(refused.value).startswith(f"{contract}:7: ")
+    assert "colour" in str(refused.value)
+
+
+def test_a_contract_that_cannot_be_read_is_named(tmp_path):
+    missing = tmp_path / "contracts" / "absent-v1.yaml"
+    with pytest.raises(service.ContractsUnusableError) as refused:
+        service.usable_contracts([missing])
+    assert refused.value.unreadable and str(missing) in str(refused.value)
+
+
+def test_a_re_measurement_goes_on_over_findings_about_recorded_evidence(project):
+    """A threshold edited after the promotion: the evidence disagrees with the contract
+    (EVIDENCE-*). A status read from it would be a guess; re-measuring is how it is fixed."""
+    root, contract = project
+    promotion.promote(root, contract, GATE, [lines(root, 5)], command=["gates", "promote", GATE])
+    contract.write_text(contract.read_text().replace('">=", value: 3,', '">=", value: 4,'))
+    with pytest.raises(service.ContractsUnusableError) as refused:
+        service.usable_contracts([contract], root=root)
+    assert {f.rule.split("-")[0] for f in refused.value.errors} == {"EVIDENCE"}
+    usable = service.usable_contracts([contract], root=root, remeasuring=True)
+    assert [c.id for c in usable.contracts] == ["C-WIDGET"]
+    assert usable.waived == len(refused.value.errors)
+
+
+def test_a_gate_is_found_in_any_contract_and_an_unknown_one_gets_the_nearest_id(project):
+    root, contract = project
+    contracts = service.usable_contracts([contract], root=root).contracts
+    found, gate = service.find_gate(contracts, "GATE-WIDGET-002")
+    assert (found.id, gate.id) == ("C-WIDGET", "GATE-WIDGET-002")
+    with pytest.raises(service.UnknownGateError, match="did you mean GATE-WIDGET-001"):
+        service.find_gate(contracts, "GATE-WIDGET-01")
+
+
+@pytest.mark.parametrize(("count", "verdict"), [(5, "PASS"), (2, "FAIL")])
+def test_a_check_writes_its_evidence_whatever_the_verdict(project, tmp_path, count, verdict):
+    root, contract = project
+    contracts = service.usable_contracts([contract], root=root).contracts
+    c, gate = service.find_gate(contracts, GATE)
+    out = tmp_path / "evidence.json"
+    result = service.check_gate(c, gate, [lines(root, count)], command=["gates", "check"], out=out)
+    assert result.verdict == verdict
+    written = json.loads(out.read_text())
+    assert written == result.evidence and written["verdict"] == verdict
+    assert out.read_bytes() == service.evidence_bytes(result.evidence)

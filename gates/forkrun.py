@@ -13,7 +13,7 @@ starts (gates.testrun):
 - every module of the project is dropped from ``sys.modules`` after the fork, so the run
   imports (and the trace hook sees it read) each project file it needs, exactly as a fresh
   process would: a run's ``sources`` do not depend on what the warm interpreter imported;
-- the trace hook (gates.trace ``TRACE_HOOK``) is installed before anything of the project
+- the trace hook (gates/trace_hook.py ``start``) is installed before anything of the project
   is imported, when the run is traced;
 - it exits with pytest's status after the exit handlers ran, like ``python -m pytest``.
 
@@ -26,7 +26,7 @@ audit dying). Unix only (``os.fork``); elsewhere the audit starts each pytest af
 Protocol: one JSON request a line on stdin, one JSON reply a line on stdout::
 
     {"args": [...], "env": {...}, "cwd": "...", "stdout": "...", "stderr": "...",
-     "timeout_s": 900, "trace_hook": "..." | null}
+     "timeout_s": 900, "traced": true | false}
     {"returncode": 0, "timed_out": false}
 """
 
@@ -138,7 +138,7 @@ class WarmInterpreter:
             "stdout": str(out),
             "stderr": str(err),
             "timeout_s": timeout_s,
-            "trace_hook": trace.TRACE_HOOK if env.get(trace.DIR_VAR) else None,
+            "traced": bool(env.get(trace.DIR_VAR)),
         }
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
@@ -284,10 +284,10 @@ def _child(request: dict) -> None:
                 sys.path.insert(1, entry)
         for name in _project_modules(request["cwd"]):
             del sys.modules[name]
-        if request.get("trace_hook"):
-            namespace: dict = {"__name__": "_shipgate_trace_hook"}
-            exec(compile(request["trace_hook"], "<gates.trace hook>", "exec"), namespace)
-            namespace["_shipgate_trace"]()
+        if request.get("traced"):
+            from gates import trace_hook  # noqa: PLC0415 - in the child, before the project
+
+            trace_hook.start()
         module = request.get("module", "pytest")
         if module == "pytest":
             import pytest  # noqa: PLC0415 - preloaded; imported here for the name

@@ -83,99 +83,10 @@ ROOTS_VAR = "SHIPGATE_TRACE_ROOTS"
 #: already; counting the file would make every promotion stale the evidence it just wrote.
 EXCLUDED = ("contracts/", "evidence/", ".gates.lock")
 
-#: The hook a traced child installs: defines ``_shipgate_trace()``, which reads the two
-#: variables and adds the audit hook. A child forked from a warm interpreter (gates.forkrun)
-#: runs this text itself, without the chain below: its interpreter ran its own sitecustomize.
-TRACE_HOOK = """\
-import os as _os
-import sys as _sys
-
-
-def _shipgate_trace():
-    out = _os.environ.get("SHIPGATE_TRACE_DIR")
-    if not out:
-        return
-    roots = [r for r in _os.environ.get("SHIPGATE_TRACE_ROOTS", "").split(_os.pathsep) if r]
-    prefixes = tuple(r.rstrip(_os.sep) + _os.sep for r in roots)
-    seen = set()
-    state = {"pid": None, "fd": None, "opening": False, "failed": None}
-    flags = _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT | getattr(_os, "O_CLOEXEC", 0)
-
-    def failed(pid, error):
-        # The report is cut short (a full disk): say so in a name, an empty file that needs
-        # no data block, for the parent to raise; report nothing more from this process.
-        state["failed"] = pid
-        state["opening"] = True
-        try:
-            marker = "%d.failed-%d" % (pid, error.errno or 5)
-            _os.close(_os.open(_os.path.join(out, marker), flags, 0o600))
-        except OSError:
-            pass  # the parent still sees a last line cut short
-        finally:
-            state["opening"] = False
-
-    def hook(event, args):
-        if event != "open" or state["opening"] or state["failed"] == _os.getpid():
-            return
-        try:
-            path = args[0]
-            if isinstance(path, int):
-                return
-            path = _os.fspath(path)
-            if isinstance(path, bytes):
-                path = _os.fsdecode(path)
-            path = _os.path.abspath(path)
-            if (prefixes and not path.startswith(prefixes)) or path in seen or "\\n" in path:
-                return
-            seen.add(path)
-            pid = _os.getpid()
-            if state["pid"] != pid:  # first report of this process (or of a fork of it)
-                state["opening"] = True
-                try:
-                    state["fd"] = _os.open(_os.path.join(out, "%d.paths" % pid), flags, 0o600)
-                finally:
-                    state["opening"] = False
-                state["pid"] = pid
-            data = (path + "\\n").encode("utf-8", "surrogateescape")
-            while data:  # a short write is followed by the error that cut it
-                data = data[_os.write(state["fd"], data) :]
-        except OSError as error:
-            failed(_os.getpid(), error)
-        except Exception:
-            pass
-
-    _sys.addaudithook(hook)
-"""
-
-SITECUSTOMIZE = (
-    '''\
-"""Written by gates.trace: report the files this process opens to $SHIPGATE_TRACE_DIR."""
-
-'''
-    + TRACE_HOOK
-    + '''
-
-def _chain():
-    """Run the sitecustomize this one shadows, if any (the next on sys.path)."""
-    here = _os.path.dirname(_os.path.abspath(__file__))
-    rest = [p for p in _sys.path if _os.path.abspath(p or ".") != here]
-    try:
-        from importlib.machinery import PathFinder
-        from importlib.util import module_from_spec
-
-        spec = PathFinder.find_spec("sitecustomize", rest)
-        if spec is not None and spec.loader is not None:
-            module = module_from_spec(spec)
-            _sys.modules["_shipgate_shadowed_sitecustomize"] = module
-            spec.loader.exec_module(module)
-    except Exception as exc:
-        print("shipgate trace: the shadowed sitecustomize failed: %r" % (exc,), file=_sys.stderr)
-
-
-_shipgate_trace()
-_chain()
-'''
-)
+#: The program a traced child runs at start-up (gates/trace_hook.py), copied into a
+#: temporary directory as ``sitecustomize.py``. Read now, not while recording: this process
+#: would count its own read of the file as a source of every measurement.
+SITECUSTOMIZE = (Path(__file__).parent / "trace_hook.py").read_text(encoding="utf-8")
 
 
 class Recording:
@@ -343,7 +254,7 @@ def _hook(event: str, args: tuple) -> None:
 
 def _child_failed(pid: int, error: OSError) -> None:
     """A forked child could not write its report: leave the marker the parent raises
-    (SITECUSTOMIZE's ``failed``), and report nothing more from this process."""
+    (gates/trace_hook.py's ``failed``), and report nothing more from this process."""
     _child["failed"] = pid
     _child["opening"] = True
     try:

@@ -39,12 +39,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import json
 import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 #: Read size of :func:`sha256_file`: 16 MiB keeps the 1.5 GB files of a 370M checkpoint at
 #: disk speed (tools/bench_checkpoint.py) and the memory it holds small.
@@ -327,6 +329,27 @@ def raise_child_write_failure(output: str, what: str) -> None:
     if found:
         code = int(found[-1]["errno"])
         raise OSError(code, f"{os.strerror(code)} ({what})", found[-1]["path"])
+
+
+def canonical_bytes(
+    obj: Any, *, ascii_only: bool = True, default: Callable[[Any], Any] | None = None
+) -> bytes:
+    """``obj`` as canonical JSON: sorted keys, no spaces, UTF-8; equal values, equal bytes.
+    ``ascii_only`` (json's own default) writes non-ASCII characters as ``\\u`` escapes: the
+    trainer's config hashes, stage keys and run ids were recorded so. gates.recipes' digests
+    of JSON artifacts keep them as themselves (``ascii_only=False``). Both are recorded in
+    files that outlive a release: neither form may change."""
+    text = json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=ascii_only, default=default
+    )
+    return text.encode("utf-8")
+
+
+def canonical_sha256(
+    obj: Any, *, ascii_only: bool = True, default: Callable[[Any], Any] | None = None
+) -> str:
+    """The sha256 of :func:`canonical_bytes` (hex)."""
+    return hashlib.sha256(canonical_bytes(obj, ascii_only=ascii_only, default=default)).hexdigest()
 
 
 def sha256_file(path: Path, chunk_bytes: int = CHUNK_BYTES) -> str:

@@ -156,10 +156,6 @@ def _drop(obj, keys: frozenset[str]):
     return obj
 
 
-def _canonical(obj) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
 def _jsonl_line(line: str, path: Path, number: int):
     """One JSONL record; an error is placed at its line of the file."""
     try:
@@ -175,12 +171,12 @@ def canonical_json(path: Path, keys: tuple[str, ...]) -> bytes:
         text = jsonfile.decode(files.read_regular(path, MAX_VOLATILE_BYTES), path)
         if path.suffix == ".jsonl":
             lines = [
-                _canonical(_drop(_jsonl_line(line, path, n), drop))
+                files.canonical_bytes(_drop(_jsonl_line(line, path, n), drop), ascii_only=False)
                 for n, line in enumerate(text.splitlines(), start=1)
                 if line.strip()
             ]
             return b"\n".join(lines)
-        return _canonical(_drop(jsonfile.loads(text, path), drop))
+        return files.canonical_bytes(_drop(jsonfile.loads(text, path), drop), ascii_only=False)
     except jsonfile.JsonFileError as exc:  # not UTF-8, not JSON, nested too deep
         raise RecipeError(f"{exc} (declared volatile, so parsed)") from None
     except OSError as exc:  # a FIFO, a device, larger than any run's JSON
@@ -257,7 +253,7 @@ def key(recipe: Recipe, root: Path) -> str:
         "env": dict(recipe.env),
         "packages": packages,
     }
-    return hashlib.sha256(_canonical(data)).hexdigest()
+    return files.canonical_sha256(data, ascii_only=False)
 
 
 # --- cache -------------------------------------------------------------------------------

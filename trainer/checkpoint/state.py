@@ -20,13 +20,13 @@ and the field, never a TypeError out of a loader.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gates.files import canonical_sha256
 from trainer.checkpoint.layout import CheckpointError
 
 
@@ -198,5 +198,4 @@ def state_from_json(obj: Any, *, source: str = "state.json") -> TrainingState:
 
 def config_hash(resolved_config: dict[str, Any]) -> str:
     """sha256 of the config as canonical JSON (sorted keys): equal configs, equal hashes."""
-    text = json.dumps(resolved_config, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return canonical_sha256(resolved_config)

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gates.files import sha256_file
+from gates.files import canonical_sha256, sha256_file
 from trainer import exit_codes
 from trainer.runfiles.json_file import atomic_write_json
 from trainer.runfiles.names import PipelineDir
@@ -56,8 +56,7 @@ def files_fingerprint(paths: Iterable[Path]) -> tuple[str, int, int]:
 
 def stage_key(inputs: dict) -> str:
     """sha256 of the inputs as canonical JSON: equal inputs, equal key."""
-    text = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+    return canonical_sha256(inputs)
 
 
 @dataclass

@@ -18,7 +18,6 @@ and the id a resume then carries over).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -26,7 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from gates.files import read_regular
+from gates.files import canonical_sha256, read_regular
 
 RUN_ID_KEY = "run_id"
 STARTED_KEY = "run_started"
@@ -54,8 +53,7 @@ def _derived_id(manifest: dict[str, Any]) -> str:
         "seed": manifest.get("seed"),
         "config": manifest.get("config"),
     }
-    text = json.dumps(basis, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+    return canonical_sha256(basis, default=str)[:32]
 
 
 def identity_of(manifest: dict[str, Any], path: Path) -> tuple[str, str | None]:

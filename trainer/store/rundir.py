@@ -22,7 +22,6 @@ Sources (what `trainer apply --out DIR` writes):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -31,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gates.files import read_regular, sha256_file
+from gates.files import canonical_sha256, read_regular, sha256_file
 from trainer.checkpoint.layout import (
     MANIFEST_FILE,
     CheckpointError,
@@ -143,8 +142,7 @@ def config_sha256(config: dict[str, Any] | None) -> str | None:
     if config is None:
         return None
     body = {k: v for k, v in config.items() if k != "apply"}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return canonical_sha256(body)
 
 
 def flatten(config: dict[str, Any] | None, prefix: str = "") -> list[tuple[str, str]]:

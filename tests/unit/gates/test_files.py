@@ -268,3 +268,37 @@ def test_write_new_never_replaces_an_existing_file(tmp_path):
     assert path.read_bytes() == b"someone else's"
     files.write_new(tmp_path / "fresh.tmp", b"ours", like=tmp_path / "contract.yaml")
     assert (tmp_path / "fresh.tmp").read_bytes() == b"ours"
+
+
+# Canonical JSON: both forms are recorded in files that outlive a release (checkpoints'
+# config_hash, pipeline stage keys, run ids; the digests of JSON artifacts in evidence), so
+# their bytes are pinned here, non-ASCII included, as the code before files.canonical_bytes
+# wrote them.
+CANONICAL_INPUT = {"b": "é", "a": [1, 2.5, None], "c": {"z": True, "y": "x"}}
+
+
+def test_canonical_json_escapes_non_ascii_by_default_as_the_trainer_recorded_it():
+    assert (
+        files.canonical_bytes(CANONICAL_INPUT)
+        == b'{"a":[1,2.5,null],"b":"\\u00e9","c":{"y":"x","z":true}}'
+    )
+    assert files.canonical_sha256(CANONICAL_INPUT) == (
+        "956a7a699ee572225ed9d9ea5c59eca2157a36e6be9667ba6d59814662d1dbfc"
+    )
+
+
+def test_canonical_json_of_artifacts_keeps_non_ascii_as_gates_recipes_recorded_it():
+    expected = '{"a":[1,2.5,null],"b":"é","c":{"y":"x","z":true}}'.encode()
+    assert files.canonical_bytes(CANONICAL_INPUT, ascii_only=False) == expected
+    assert files.canonical_sha256(CANONICAL_INPUT, ascii_only=False) == (
+        "c630d82314f4eb8324cdf26fa42d3db665dd4ef23420d1a6961ecdf250968590"
+    )
+
+
+def test_canonical_json_is_one_value_one_form_and_refuses_what_json_cannot_hold():
+    reordered = {"c": {"y": "x", "z": True}, "a": [1, 2.5, None], "b": "é"}
+    assert files.canonical_bytes(reordered) == files.canonical_bytes(CANONICAL_INPUT)
+    assert files.canonical_bytes({"a": [1, 2]}) != files.canonical_bytes({"a": [2, 1]})
+    with pytest.raises(TypeError):
+        files.canonical_bytes({"when": object()})
+    assert files.canonical_bytes({"p": Path("x")}, default=str) == b'{"p":"x"}'

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -114,6 +115,9 @@ def first_run(tmp_path_factory, corpus):
 def test_a_run_makes_every_artifact_and_a_summary(first_run):
     _, out, stdout, _ = first_run
     assert set(stage_lines(stdout).values()) == {"done"}
+    stages = ["tokenizer", "data", "train", "export", "baseline", "plots", "gates", "report"]
+    headers = re.findall(r"^\[(\d+)/(\d+)\] (\w+)$", stdout, flags=re.MULTILINE)
+    assert headers == [(str(i), "8", name) for i, name in enumerate(stages, start=1)]
     for path in ("tokenizer/tokenizer.json", "data/manifest.json", "run.yaml",
                  "train/metrics.jsonl", "export/model.safetensors", "baseline.json",
                  "plots/loss.png", "plots/loss.svg", "summary.json", "pipeline.json"):  # fmt: skip

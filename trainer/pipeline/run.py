@@ -129,9 +129,10 @@ class Pipeline:
         return str(Path(path).relative_to(self.out))
 
     @contextlib.contextmanager
-    def _stage(self, index: int, name: str) -> Iterator[dict]:
-        """Header, timing and outcome line of one stage; the body fills ``info``."""
-        self.say(f"[{index}/{len(STAGES)}] {name}")
+    def _stage(self, name: str) -> Iterator[dict]:
+        """Header, timing and outcome line of one stage of STAGES (numbered by its place
+        there); the body fills ``info``."""
+        self.say(f"[{STAGES.index(name) + 1}/{len(STAGES)}] {name}")
         info: dict = {"reused": False, "note": ""}
         started = time.perf_counter()
         yield info
@@ -253,7 +254,7 @@ class Pipeline:
         key = stage_key(
             {"corpus": corpus["sha256"], "vocab_size": vocab, "min_frequency": min_frequency}
         )
-        with self._stage(1, "tokenizer") as info:
+        with self._stage("tokenizer") as info:
             if state.done("tokenizer", key, self.out):
                 info.update(reused=True, note=f"vocab {vocab}, same corpus")
                 return state.output("tokenizer", "sha256")
@@ -291,7 +292,7 @@ class Pipeline:
                 "val_fraction": self.options.val_fraction,
             }
         )
-        with self._stage(2, "data") as info:
+        with self._stage("data") as info:
             target = self.paths.data
             if state.done("data", key, self.out) and self._shards_verify(target):
                 info.update(reused=True, note="shards verified by sha256")
@@ -376,7 +377,7 @@ class Pipeline:
             }
         )
         train = self.paths.train
-        with self._stage(3, "train") as info:
+        with self._stage("train") as info:
             if state.done("train", key, self.out) and state.result("train", "steps") == steps:
                 checkpoint = self.out / state.output("train", "checkpoint")
                 info.update(reused=True, note=f"{self._rel(checkpoint)} verified by sha256")
@@ -449,7 +450,7 @@ class Pipeline:
         from trainer.checkpoint.export import EXPORT_ERRORS, export_checkpoint  # noqa: PLC0415
 
         key = stage_key({"checkpoint": ckpt_sha, "tokenizer": state.output("tokenizer", "sha256")})
-        with self._stage(4, "export") as info:
+        with self._stage("export") as info:
             if state.done("export", key, self.out):
                 info.update(reused=True)
                 return
@@ -486,7 +487,7 @@ class Pipeline:
                 "eval_tokens": run_cfg.training.eval_tokens,
             }
         )
-        with self._stage(5, "baseline") as info:
+        with self._stage("baseline") as info:
             target = self.paths.baseline
             if state.done("baseline", key, self.out):
                 info.update(reused=True)
@@ -511,7 +512,7 @@ class Pipeline:
         from trainer.plot.write import PlotError, write_plots  # noqa: PLC0415
 
         key = stage_key({"metrics": sha256_file(self.paths.train.metrics)})
-        with self._stage(6, "plots") as info:
+        with self._stage("plots") as info:
             if state.done("plots", key, self.out):
                 info.update(reused=True)
                 return
@@ -533,7 +534,7 @@ class Pipeline:
             info["note"] = ", ".join(made)
 
     def _gates(self, state: PipelineState, ckpt_sha: str) -> None:
-        with self._stage(7, "gates") as info:
+        with self._stage("gates") as info:
             contracts = sorted(self.options.contracts.glob("*.yaml"))
             if not self.options.gates or not contracts:
                 why = "--no-gates" if not self.options.gates else f"no {self.options.contracts}/"
@@ -578,7 +579,7 @@ class Pipeline:
     def _report(self, state: PipelineState) -> None:
         """`gates report` with this run's plot: made every time (a second or so, and its
         inputs - every evidence file and the audit - are not worth a key of their own)."""
-        with self._stage(8, "report") as info:
+        with self._stage("report") as info:
             contracts = sorted(self.options.contracts.glob("*.yaml"))
             if not contracts:
                 info["note"] = f"skipped (no {self.options.contracts}/)"

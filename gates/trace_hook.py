@@ -84,7 +84,7 @@ def _chain():
             _sys.modules["_shipgate_shadowed_sitecustomize"] = module
             spec.loader.exec_module(module)
     except Exception as exc:
-        print(f"shipgate trace: the shadowed sitecustomize failed: {exc!r}", file=_sys.stderr)
+        _sys.stderr.write(f"shipgate trace: the shadowed sitecustomize failed: {exc!r}\n")
 
 
 if __name__ == "sitecustomize":  # the copy a child's start-up runs

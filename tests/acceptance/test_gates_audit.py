@@ -29,6 +29,7 @@ def audit(root: Path, contract: Path, *extra: str) -> int:
     )
 
 
+@pytest.mark.slow
 def test_audit_kills_the_mutant_then_fails_once_the_assertion_is_deleted(project, capsys):
     root, contract = project
     out = root / "audit.json"

@@ -70,6 +70,7 @@ def measurement_rows(root: Path) -> dict[tuple[str, str], dict]:
     return {(r["gate"], r["mutant"]): r for r in record["measurements"]}
 
 
+@pytest.mark.slow
 def test_a_measurement_passing_a_bug_fails_the_audit_until_exempted(project: Path):
     (project / OUT.parent).mkdir(parents=True)
     first = audit(project, "--out", str(OUT))
@@ -95,6 +96,7 @@ def test_a_measurement_passing_a_bug_fails_the_audit_until_exempted(project: Pat
     assert json.loads((project / OUT).read_text())["ok"] is True
 
 
+@pytest.mark.slow
 def test_an_exemption_of_no_mutant_of_the_gate_fails_and_measurements_can_be_skipped(
     project: Path,
 ):

@@ -192,6 +192,7 @@ def _check(root: Path, pristine: Path, done: dict, second: str, contract: bytes)
         os.chdir(cwd)
 
 
+@pytest.mark.slow
 def test_an_audit_started_while_a_promotion_is_committing_waits_and_both_finish(
     pristine: Path, uncontended: bytes
 ):

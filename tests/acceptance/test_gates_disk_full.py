@@ -232,6 +232,7 @@ def _audit_cases() -> list[tuple[Callable[[Path], int], str, str]]:
     _audit_cases(),
     ids=["seam-report", "trace-hook", "traced-report", "audit-evidence"],
 )
+@pytest.mark.slow
 def test_an_audit_that_cannot_write_fails_naming_the_file_and_keeps_the_earlier_audit(
     audited: Path, limit: Callable[[Path], int], unwritten: str, what: str
 ) -> None:
@@ -253,6 +254,7 @@ def test_an_audit_that_cannot_write_fails_naming_the_file_and_keeps_the_earlier_
     assert [line for line in status.splitlines() if "__pycache__" not in line] == []
 
 
+@pytest.mark.slow
 def test_the_same_audit_without_a_limit_succeeds(audited: Path) -> None:
     """The positive control: the limits, not the project, are what failed above."""
     proc = _audit(audited, limit=len((audited / AUDIT).read_bytes()) * 4)

@@ -290,6 +290,7 @@ def test_forged_evidence_does_not_stop_the_re_measurement_that_fixes_it(project:
     assert proc.returncode == 1 and "SCHEMA-ENUM" in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_check_changed_since_re_measures_only_the_gates_a_change_reaches(project: Path):
     """`--changed-since REF` (a pull request's job): a gate whose recorded sources, evidence,
     contract entry or bound tests' entries differ from REF, working tree included; a gate

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gates.validate import validate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,6 +58,7 @@ def bound_to_ship_blocking_gates() -> set[str]:
     return nodes
 
 
+@pytest.mark.slow
 def test_marker_and_contracts_agree_both_ways():
     marked, bound = marked_nodes(), bound_to_ship_blocking_gates()
     assert bound, "no test is bound to a ship-blocking gate yet"

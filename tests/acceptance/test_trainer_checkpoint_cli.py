@@ -148,6 +148,7 @@ def _export(checkpoint: Path, out: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_export_into_a_run_directory_another_process_writes_is_refused(apply_run, tmp_path):
     """The export takes the writer lock of the run directory it writes into: refused,
     naming the holder's pid, while another process holds it. It reads the checkpoint

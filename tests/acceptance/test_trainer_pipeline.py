@@ -178,6 +178,7 @@ def test_a_second_run_reuses_every_stage_and_says_the_same(first_run, capsys):
         assert after[key] == before[key], key
 
 
+@pytest.mark.slow
 def test_a_tampered_output_is_made_again(first_run, capsys):
     config, out, _, corpus = first_run
     model = out / "export" / "model.safetensors"
@@ -191,6 +192,7 @@ def test_a_tampered_output_is_made_again(first_run, capsys):
 
 
 @pytest.mark.parametrize("damage", ["config.json deleted", "tokenizer.json garbled"])
+@pytest.mark.slow
 def test_an_export_missing_or_garbling_any_file_is_made_again(first_run, capsys, damage):
     """The export stage's reuse check covers every file it made, not only the weights."""
     config, out, _, corpus = first_run
@@ -207,6 +209,7 @@ def test_an_export_missing_or_garbling_any_file_is_made_again(first_run, capsys,
     assert {p.name: p.read_bytes() for p in export.iterdir()} == made
 
 
+@pytest.mark.slow
 def test_a_changed_config_redoes_training_and_reuses_tokenizer_and_shards(
     first_run, tmp_path, capsys
 ):
@@ -299,6 +302,7 @@ def test_an_out_holding_files_it_did_not_write_is_refused_with_nothing_touched(
     assert _entries(out) == before, "a refused pipeline wrote or removed something"
 
 
+@pytest.mark.slow
 def test_force_moves_the_files_it_did_not_write_aside_and_deletes_none(tmp_path, capsys, corpus):
     config = tiny_config(tmp_path / "tiny.yaml", max_steps=2, save_interval=2)
     out = tmp_path / "run"
@@ -312,6 +316,7 @@ def test_force_moves_the_files_it_did_not_write_aside_and_deletes_none(tmp_path,
     assert (out / "train" / "checkpoints" / "step-00000002").is_dir()
 
 
+@pytest.mark.slow
 def test_a_stage_whose_inputs_changed_moves_its_old_output_aside(tmp_path, capsys, corpus):
     """Another config retrains: the first run's checkpoints are kept as train.superseded-1,
     and the line says so. An export that is exactly what the stage left is made again in
@@ -333,6 +338,7 @@ def test_a_stage_whose_inputs_changed_moves_its_old_output_aside(tmp_path, capsy
     assert (out / "train.superseded-2").is_dir() and (out / "train.superseded-1").is_dir()
 
 
+@pytest.mark.slow
 def test_another_max_steps_continues_the_run_or_sets_it_aside(tmp_path, capsys, corpus):
     """A re-run with another --max-steps once deleted the run: a longer one continues it from
     its newest checkpoint (every step once), a shorter one keeps it as train.superseded-1."""
@@ -354,6 +360,7 @@ def test_another_max_steps_continues_the_run_or_sets_it_aside(tmp_path, capsys, 
     assert [r["step"] for r in _records(out)] == [1, 2]
 
 
+@pytest.mark.slow
 def test_a_copied_run_directory_reuses_every_stage(first_run, tmp_path, capsys):
     """Paths are where a run is, not what it is: a copy elsewhere reuses its training
     (run.yaml is rewritten with the copy's paths) instead of deleting and retraining it."""

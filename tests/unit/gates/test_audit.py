@@ -265,6 +265,7 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Audited:
     return _audit(tmp_path_factory, "--jobs", "2")
 
 
+@pytest.mark.slow
 def test_the_forked_parallel_audit_says_what_fresh_processes_one_at_a_time_say(
     audited, tmp_path_factory
 ):

@@ -90,6 +90,7 @@ def test_a_straight_run_reproduces_the_golden_trace(golden):
     )
 
 
+@pytest.mark.slow
 def test_a_resumed_run_reproduces_the_golden_trace(golden):
     name, doc = golden
     found = differences(doc["steps"], traces.record(name, resume=True))

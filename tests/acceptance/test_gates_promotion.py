@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
-import importlib.util
 import json
 import subprocess
 import sys
@@ -30,12 +29,7 @@ EVIDENCE = Path("evidence") / "C-WIDGET" / "GATE-WIDGET-001.json"
 def project(tmp_path: Path) -> tuple[Path, Path]:
     root = tmp_path / "widget"
     root.mkdir()
-    contract = widget_project.build(root)
-    spec = importlib.util.spec_from_file_location(
-        "widget_measurement", root / "widget_measurement.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # registers the GATE-WIDGET-* measurements in-process
+    contract = widget_project.build_measured(root)
     return root, contract
 
 

@@ -3,6 +3,7 @@ mutant, a measurement and a contract with comments, under git. Not a test module
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import textwrap
 from pathlib import Path
@@ -188,4 +189,16 @@ def build(root: Path) -> Path:
     contract.write_text(CONTRACT)
     git(root, "init", "-q")
     commit_all(root, "widget")
+    return contract
+
+
+def build_measured(root: Path) -> Path:
+    """:func:`build`, with the GATE-WIDGET-* measurements registered in this process (for
+    tests that call gates.promotion or gates.service directly); returns the contract path."""
+    contract = build(root)
+    spec = importlib.util.spec_from_file_location(
+        "widget_measurement", root / "widget_measurement.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     return contract

@@ -3,7 +3,6 @@ it, write its evidence) that the CLI, a promotion and the trainer's pipeline sha
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -22,12 +21,7 @@ MEASURING = ("gates.promotion", "gates.measure", "gates.recipes", "gates.trace",
 def project(tmp_path: Path) -> tuple[Path, Path]:
     root = tmp_path / "widget"
     root.mkdir()
-    contract = widget_project.build(root)
-    spec = importlib.util.spec_from_file_location(
-        "widget_measurement", root / "widget_measurement.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # registers the GATE-WIDGET-* measurements in-process
+    contract = widget_project.build_measured(root)
     return root, contract
 
 

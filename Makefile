@@ -65,13 +65,12 @@ ship-blocking: $(STAMP)
 # (two 370M gates side by side held 15 GB with the cached checkpoint; one at a time, 10).
 GATES_CHECK_MIN_FREE_GB ?= 20
 gates-check: $(STAMP)
-	free_gb=$$(df -Pk . | awk 'NR == 2 {print int($$4 / 1048576)}'); \
+	free_gb=$$(df -Pk . | awk 'NR == 2 {print int($$4 / 1048576)}'); jobs=; \
 	if [ "$$free_gb" -lt $(GATES_CHECK_MIN_FREE_GB) ]; then \
 	  echo "gates-check: $$free_gb GB free (< $(GATES_CHECK_MIN_FREE_GB)): one gate at a time"; \
-	  $(BIN)/gates check --all --jobs 1 --files contracts/*.yaml; \
-	else \
-	  $(BIN)/gates check --all --files contracts/*.yaml; \
-	fi
+	  jobs="--jobs 1"; \
+	fi; \
+	$(BIN)/gates check --all $$jobs --files contracts/*.yaml
 	$(BIN)/pv status --require-ship-ready contracts/*.yaml
 
 # The mutation audit of every bound falsification test in contracts/: each passes on the

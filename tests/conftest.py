@@ -44,6 +44,18 @@ def fixture_project() -> Path:
     return FIXTURE_PROJECT
 
 
+@pytest.fixture
+def measured_widget(tmp_path: Path) -> tuple[Path, Path]:
+    """(root, contract) of the widget project (tests/acceptance/widget_project.py) with its
+    measurements registered in this process: for tests that call gates.promotion or
+    gates.service directly."""
+    from tests.acceptance import widget_project  # noqa: PLC0415 - only for tests that ask
+
+    root = tmp_path / "widget"
+    root.mkdir()
+    return root, widget_project.build_measured(root)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _session_shipgate_home(tmp_path_factory):
     """Runs register themselves in $SHIPGATE_HOME/registry.db (trainer/store/registry.py):

@@ -51,7 +51,8 @@ from torch import Tensor
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trainer.config.load import RunConfig, with_values  # noqa: E402 - needs ROOT on sys.path
+from trainer.config.in_code import with_values  # noqa: E402 - needs ROOT on sys.path
+from trainer.config.sections import RunConfig  # noqa: E402 - needs ROOT on sys.path
 from trainer.model.llama import build_model  # noqa: E402
 from trainer.train import loop, loss, optim  # noqa: E402
 from trainer.train.options import RunOptions  # noqa: E402

@@ -47,7 +47,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tools import step_profile  # noqa: E402
-from trainer.config.load import RunConfig, load_config, with_values  # noqa: E402
+from trainer.config.in_code import with_values  # noqa: E402
+from trainer.config.load import load_config  # noqa: E402
+from trainer.config.sections import RunConfig  # noqa: E402
 from trainer.model.config import preset  # noqa: E402
 from trainer.model.llama import build_model  # noqa: E402
 from trainer.plan import roofline  # noqa: E402

@@ -16,7 +16,7 @@ records). --out is the run's directory (run_manifest.json, metrics.jsonl, checkp
 nothing is written outside it but the run's line in the run registry, as for every run
 (trainer/store/registry.py). An --out that already holds a run or checkpoints is refused,
 so an artifact is never a mix of two runs. The gates' recipe (CHECKPOINT_370M in
-tests/measurements/arch_checkpoint_gates.py) runs this tool into the artifact cache, with
+tests/measurements/llama_370m_sovereign_checkpoint.py) runs this tool into the artifact cache, with
 the run registry in a scratch directory, and selects checkpoints/step-00000002.
 
 Cost on CPU (2 cores): about a minute and 9.4 GB peak memory; the checkpoint is about
@@ -45,7 +45,7 @@ from trainer.checkpoint.layout import (  # noqa: E402
     checkpoint_dirs,
     step_dir_name,
 )
-from trainer.config.load import config_from_values  # noqa: E402
+from trainer.config.in_code import config_from_values  # noqa: E402
 from trainer.model.config import preset  # noqa: E402
 from trainer.runfiles.names import RUN_MANIFEST_FILE, RunDir  # noqa: E402
 from trainer.train import loss  # noqa: E402

@@ -5,7 +5,7 @@ real run of `trainer apply`, with its config, tokenizer and shards beside it.
     python tools/make_loop_run.py --out runs/gates/loop-run               # or by hand:
     gates check GATE-TRAIN-LOOP-012 --artifact runs/gates/loop-run        # and -013 .. -016
 
-This is the recipe (gates.recipes) LOOP_RUN in tests/measurements/checkpoint_gates.py names.
+This is the recipe (gates.recipes) LOOP_RUN in tests/measurements/training_loop_checkpoint.py names.
 The directory holds everything a re-measurement needs, so its digest pins the whole
 experiment. Every stage runs in the run directory with paths relative to it, so nothing
 written names the directory; what the clock and the host write (timings, created/ended_at,
@@ -40,7 +40,7 @@ def run_config() -> str:
     """The run config. Its paths are relative to the run directory, where `trainer apply`
     runs (and where the gates that re-run it run it), so nothing in the artifact names the
     directory it was built in: two builds in different places are byte-identical where the
-    run is deterministic (see RECIPE in tests/measurements/checkpoint_gates.py)."""
+    run is deterministic (see RECIPE in tests/measurements/training_loop_checkpoint.py)."""
     return "\n".join(
         [
             "# Written by tools/make_loop_run.py: the checkpoint gates' run.",

@@ -7,7 +7,7 @@ packages, each sorted by path; undecodable files skipped), keeps whole files unt
 size is reached, and copies them under OUT with their relative paths flattened into
 names, so a benchmark reads a fixed set of files whatever is installed later. Prints the
 directory's file count, bytes and a content digest (sha256 over names and contents).
-GATE-BPE-TRAIN-PERF-003's recipe (PYTHON_CORPUS_127MB in tests/measurements/bpe_gates.py)
+GATE-BPE-TRAIN-PERF-003's recipe (PYTHON_CORPUS_127MB in tests/measurements/bpe_training_perf.py)
 runs it with --megabytes 127; the files depend on this Python and its installed packages,
 so the digest is the same only where those are.
 """

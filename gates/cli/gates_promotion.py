@@ -98,12 +98,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         root=root,
         command=recorded_command("gates", root),
         mutant=args.mutant,
-        out=args.out,
     )
-    _print_check(result)
+    _print_check(result)  # first: the verdict is shown even if its evidence cannot be written
     if args.mutant:
         return _mutant_verdict(gate.id, args.mutant, result.verdict)
     if args.out:
+        service.write_evidence(args.out, result.evidence)
         print(f"evidence written to {args.out}")
     return exit_codes.OK if result.verdict in ("PASS", "PARTIAL") else exit_codes.FINDINGS
 

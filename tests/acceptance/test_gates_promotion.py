@@ -19,18 +19,9 @@ import pytest
 from gates import atomic, evidence, files, promotion
 from gates.cli import gates as gates_cli
 from gates.validate import validate
-from tests.acceptance import widget_project
 
 TODAY = dt.date(2026, 11, 22)
 EVIDENCE = Path("evidence") / "C-WIDGET" / "GATE-WIDGET-001.json"
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> tuple[Path, Path]:
-    root = tmp_path / "widget"
-    root.mkdir()
-    contract = widget_project.build_measured(root)
-    return root, contract
 
 
 def artifact(root: Path, lines: int, name: str = "artifact.txt") -> Path:
@@ -61,8 +52,8 @@ def promote(root: Path, contract: Path, *artifacts: Path, **kw) -> promotion.Che
     )
 
 
-def test_promote_then_demote_changes_exactly_the_intended_lines(project):
-    root, contract = project
+def test_promote_then_demote_changes_exactly_the_intended_lines(measured_widget):
+    root, contract = measured_widget
     before = contract.read_text()
     art = artifact(root, 5)
 
@@ -113,16 +104,16 @@ def _snapshot(root: Path, contract: Path) -> tuple[str, bool]:
     return contract.read_text(), (root / EVIDENCE).exists()
 
 
-def test_promotion_refuses_a_missed_threshold_and_touches_nothing(project):
-    root, contract = project
+def test_promotion_refuses_a_missed_threshold_and_touches_nothing(measured_widget):
+    root, contract = measured_widget
     before = _snapshot(root, contract)
     with pytest.raises(promotion.RefusedError, match="line_count = 1 lines misses"):
         promote(root, contract, artifact(root, 1))
     assert _snapshot(root, contract) == before
 
 
-def test_promotion_refuses_when_a_bound_test_fails(project):
-    root, contract = project
+def test_promotion_refuses_when_a_bound_test_fails(measured_widget):
+    root, contract = measured_widget
     before = _snapshot(root, contract)
     (root / "widget.py").write_text("def count_lines(path):\n    return 0\n")
     with pytest.raises(promotion.RefusedError, match=r"FALSIFY-WIDGET-001 .* failed"):
@@ -130,8 +121,8 @@ def test_promotion_refuses_when_a_bound_test_fails(project):
     assert _snapshot(root, contract) == before
 
 
-def test_promotion_refuses_uncommitted_code_unless_overridden_and_recorded(project):
-    root, contract = project
+def test_promotion_refuses_uncommitted_code_unless_overridden_and_recorded(measured_widget):
+    root, contract = measured_widget
     (root / "tests" / "test_widget.py").write_text(
         (root / "tests" / "test_widget.py").read_text() + "\n# an uncommitted edit\n"
     )
@@ -158,16 +149,16 @@ def test_promotion_refuses_uncommitted_code_unless_overridden_and_recorded(proje
         (lambda root: root / "tests", "is not a text file"),
     ],
 )
-def test_promotion_refuses_a_missing_or_wrong_kind_artifact(project, make, message):
-    root, contract = project
+def test_promotion_refuses_a_missing_or_wrong_kind_artifact(measured_widget, make, message):
+    root, contract = measured_widget
     before = _snapshot(root, contract)
     with pytest.raises(promotion.RefusedError, match=message):
         promote(root, contract, make(root))
     assert _snapshot(root, contract) == before
 
 
-def test_remeasuring_uses_the_recorded_artifact_and_refuses_a_changed_one(project):
-    root, contract = project
+def test_remeasuring_uses_the_recorded_artifact_and_refuses_a_changed_one(measured_widget):
+    root, contract = measured_widget
     art = root / "runs" / "artifact.txt"  # under the root (git-ignored): recorded by path
     art.parent.mkdir()
     art.write_text("".join(f"line {i}\n" for i in range(5)))
@@ -184,8 +175,8 @@ def test_remeasuring_uses_the_recorded_artifact_and_refuses_a_changed_one(projec
         promotion.check(root, c, c.gate("GATE-WIDGET-001"), [], command=["gates", "check"])
 
 
-def test_a_read_only_evidence_directory_changes_nothing(project, monkeypatch):
-    root, contract = project
+def test_a_read_only_evidence_directory_changes_nothing(measured_widget, monkeypatch):
+    root, contract = measured_widget
     before = _snapshot(root, contract)
     real = files.write_new
 
@@ -203,8 +194,8 @@ def test_a_read_only_evidence_directory_changes_nothing(project, monkeypatch):
     assert not (root / "evidence").exists(), "the directories the commit made are removed"
 
 
-def test_a_contract_that_fails_pv_validate_is_refused(project):
-    root, contract = project
+def test_a_contract_that_fails_pv_validate_is_refused(measured_widget):
+    root, contract = measured_widget
     contract.write_text(
         contract.read_text().replace("  kind: tooling\n", "  kind: tooling\n  kindd: x\n")
     )
@@ -212,10 +203,10 @@ def test_a_contract_that_fails_pv_validate_is_refused(project):
         promote(root, contract, artifact(root, 5), allow_dirty="an invalid contract")
 
 
-def test_corrupt_evidence_is_refused_as_a_source_and_replaced_by_a_re_measurement(project):
+def test_corrupt_evidence_is_refused_as_a_source_and_replaced_by_a_re_measurement(measured_widget):
     """EVIDENCE-INVALID does not stop a promotion (re-measuring is how it is fixed), but
     evidence that cannot be read cannot say which artifact to re-measure either."""
-    root, contract = project
+    root, contract = measured_widget
     promote(root, contract, artifact(root, 5))
     (root / EVIDENCE).write_text("{not json")
     with pytest.raises(promotion.RefusedError, match="current evidence is unusable"):
@@ -249,8 +240,8 @@ def run_driver(root: Path, gate: str) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-def test_two_promotions_at_once_on_one_contract_lose_no_edit(project):
-    root, contract = project
+def test_two_promotions_at_once_on_one_contract_lose_no_edit(measured_widget):
+    root, contract = measured_widget
     artifact(root, 5)
     procs = [run_driver(root, gate) for gate in ("GATE-WIDGET-001", "GATE-WIDGET-002")]
     for proc in procs:
@@ -267,8 +258,8 @@ def test_two_promotions_at_once_on_one_contract_lose_no_edit(project):
     assert [e.version for e in c.changelog] == ["1.2.0", "1.1.0", "1.0.0"]
 
 
-def test_cli_refusal_is_exit_1_and_io_failure_is_exit_2(project, monkeypatch, capsys):
-    root, contract = project
+def test_cli_refusal_is_exit_1_and_io_failure_is_exit_2(measured_widget, monkeypatch, capsys):
+    root, contract = measured_widget
     argv = ["promote", "GATE-WIDGET-001", "--files", str(contract), "--root", str(root)]
     assert gates_cli.main([*argv, "--artifact", str(root.parent / "missing.txt")]) == 1
     assert "refused, nothing changed: artifact" in capsys.readouterr().err
@@ -281,3 +272,28 @@ def test_cli_refusal_is_exit_1_and_io_failure_is_exit_2(project, monkeypatch, ca
     assert gates_cli.main([*argv, "--artifact", str(artifact(root, 5))]) == 2
     assert "No space left on device" in capsys.readouterr().err
     assert _snapshot(root, contract) == before
+
+
+def test_a_check_shows_its_verdict_before_its_evidence_and_even_when_that_cannot_be_written(
+    measured_widget, monkeypatch, capsys
+):
+    """`gates check --out`: a disk that refuses the evidence must not hide the verdict that was
+    measured (the verdict is printed first, then the write fails with exit 2); when the write
+    succeeds, the file holds the evidence of that verdict."""
+    root, contract = measured_widget
+    out = root.parent / "evidence.json"
+    argv = ["check", "GATE-WIDGET-001", "--files", str(contract), "--root", str(root)]
+    argv += ["--artifact", str(artifact(root, 5)), "--out", str(out)]
+
+    def no_space(target: Path, data: bytes) -> Path:
+        raise OSError(28, "No space left on device", str(target))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(files, "write_temp", no_space)
+        assert gates_cli.main(argv) == 2
+    shown = capsys.readouterr()
+    assert "PASS" in shown.out and "No space left on device" in shown.err
+    assert not out.exists()
+    assert gates_cli.main(argv) == 0
+    assert f"evidence written to {out}" in capsys.readouterr().out
+    assert json.loads(out.read_text())["verdict"] == "PASS"

@@ -437,7 +437,7 @@ def test_two_builds_of_the_loop_run_in_different_directories_digest_the_same(tmp
     import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415
 
-    from tests.measurements.checkpoint_gates import LOOP_RUN  # noqa: PLC0415
+    from tests.measurements.training_loop_checkpoint import LOOP_RUN  # noqa: PLC0415
 
     root = Path(__file__).resolve().parents[2]
     digests = []

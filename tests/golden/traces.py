@@ -59,7 +59,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from trainer.config.load import RunConfig, config_from_values, load_config, with_values
+from trainer.config.in_code import config_from_values, with_values
+from trainer.config.load import load_config
+from trainer.config.sections import RunConfig
 from trainer.model.config import preset
 from trainer.store.registry import HOME_ENV
 from trainer.train import loss

@@ -16,7 +16,7 @@ import torch
 
 from gates.mutants import mutant
 from trainer import exit_codes
-from trainer.config.load import with_values
+from trainer.config.in_code import with_values
 from trainer.data import encode
 from trainer.train import guards, loop, optim, sequences
 from trainer.train.options import RunOptions

@@ -49,29 +49,44 @@ def range_count(size: int, range_bytes: int) -> int:
     return max(1, -(-size // range_bytes))
 
 
+def pieces_by_range(
+    chunks: Iterable[bytes | memoryview], range_bytes: int
+) -> Iterator[tuple[memoryview, list[tuple[memoryview, bool]]]]:
+    """Each chunk in order (as a byte view) with its pieces, cut at range boundaries, each
+    flagged True when it ends its range; then an empty chunk with the last range's end (an
+    empty piece, flagged True) when a shorter last range is open or no byte came (an empty
+    file has one range, empty). The one place a file is cut into ranges: a save hashes the
+    ranges of what it writes (cut_into_ranges, trainer/checkpoint/durable.py), bytes_entry
+    and file_entry those of what they are given, piece by piece."""
+    in_range = 0
+    seen = False
+    for raw in chunks:
+        chunk = memoryview(raw).cast("B")
+        pieces, view = [], chunk
+        while view:
+            take = min(len(view), range_bytes - in_range)
+            in_range = (in_range + take) % range_bytes
+            pieces.append((view[:take], in_range == 0))
+            view, seen = view[take:], True
+        yield chunk, pieces
+    if in_range or not seen:
+        yield memoryview(b""), [(memoryview(b""), True)]
+
+
 def cut_into_ranges(
     chunks: Iterable[bytes | memoryview], range_bytes: int
 ) -> Iterator[tuple[memoryview, list[list[memoryview]]]]:
-    """Each chunk in order (as a byte view) with the ranges it completes, each range the list
-    of its pieces (views of the chunks, cut at range boundaries); then an empty chunk with
-    the last range: shorter, or empty when no byte came (an empty file has one range, empty).
-    The one place a file is cut into ranges: a save hashes the ranges of what it writes
-    (trainer/checkpoint/durable.py), bytes_entry and file_entry those of what they are given."""
+    """Each chunk in order with the ranges it completes, each range the list of its pieces
+    (views of the chunks: a range is held until it is complete; pieces_by_range)."""
     pieces: list[memoryview] = []
-    in_range = completed = 0
-    for raw in chunks:
-        chunk = memoryview(raw).cast("B")
-        done, view = [], chunk
-        while view:
-            take = min(len(view), range_bytes - in_range)
-            pieces.append(view[:take])
-            in_range, view = in_range + take, view[take:]
-            if in_range == range_bytes:
+    for chunk, cut in pieces_by_range(chunks, range_bytes):
+        done = []
+        for piece, ends_range in cut:
+            pieces.append(piece)
+            if ends_range:
                 done.append(pieces)
-                pieces, in_range = [], 0
-        completed += len(done)
+                pieces = []
         yield chunk, done
-    yield memoryview(b""), [pieces] if pieces or not completed else []
 
 
 def sha256_of(pieces: list[memoryview]) -> str:
@@ -87,12 +102,19 @@ def entry_of(size: int, range_bytes: int, digests: list[str]) -> dict[str, Any]:
     return {"size": size, "range_bytes": range_bytes, "range_sha256": digests}
 
 
-def _entry_of_chunks(chunks: Iterable[bytes | memoryview]) -> dict[str, Any]:
-    range_bytes = RANGE_BYTES  # looked up now: tests set it smaller
-    size, digests = 0, []
-    for chunk, done in cut_into_ranges(chunks, range_bytes):
+def _entry_of_chunks(
+    chunks: Iterable[bytes | memoryview], range_bytes: int | None = None
+) -> dict[str, Any]:
+    """The entry of the bytes of ``chunks``, each hashed as it comes (no chunk is kept)."""
+    range_bytes = range_bytes or RANGE_BYTES  # looked up now: tests set it smaller
+    size, digests, digest = 0, [], hashlib.sha256()
+    for chunk, cut in pieces_by_range(chunks, range_bytes):  # no range is held in memory
         size += chunk.nbytes
-        digests += [sha256_of(pieces) for pieces in done]
+        for piece, ends_range in cut:
+            digest.update(piece)
+            if ends_range:
+                digests.append(digest.hexdigest())
+                digest = hashlib.sha256()
     return entry_of(size, range_bytes, digests)
 
 

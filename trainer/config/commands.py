@@ -24,7 +24,7 @@ from pathlib import Path
 from trainer import exit_codes
 from trainer.config.algebra import DataFreeReport
 from trainer.config.device import DEVICES
-from trainer.config.load import RunConfig
+from trainer.config.sections import RunConfig
 from trainer.config.validate import CONTRACT, validate
 from trainer.model.params import param_count
 

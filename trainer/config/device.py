@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from trainer.config.load import ConfigError, ConfigFinding, RunConfig
+from trainer.config.messages import ConfigError, ConfigFinding
+from trainer.config.sections import RunConfig
 
 DEVICES = ("auto", "cpu", "cuda")
 CODE = "device-unsupported"

@@ -17,7 +17,9 @@ from pathlib import Path
 
 from trainer.config.algebra import DataFreeReport, RuleResult, evaluate_data_free
 from trainer.config.device import device_findings
-from trainer.config.load import ConfigError, ConfigFinding, RunConfig, load_config
+from trainer.config.load import load_config
+from trainer.config.messages import ConfigError, ConfigFinding
+from trainer.config.sections import RunConfig
 from trainer.model.params import param_count
 
 CONTRACT = "C-TRAINCFG-001"

@@ -17,7 +17,8 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from trainer.config.load import RunConfig, config_from_values
+from trainer.config.in_code import config_from_values
+from trainer.config.sections import RunConfig
 from trainer.model.config import LlamaConfig
 from trainer.oracle.data import OracleData, build_oracle_data
 from trainer.oracle.examples import PaddedExamples

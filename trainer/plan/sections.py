@@ -16,7 +16,9 @@ from pathlib import Path
 from gates.files import sha256_file
 from trainer.config.algebra import AlgebraReport, RuleResult, evaluate
 from trainer.config.device import device_findings
-from trainer.config.load import ConfigError, ConfigFinding, RunConfig, load_config
+from trainer.config.load import load_config
+from trainer.config.messages import ConfigError, ConfigFinding
+from trainer.config.sections import RunConfig
 from trainer.config.sequences import sequences_in
 from trainer.data.manifest import Manifest, load_manifest
 from trainer.data.shards import ShardError

@@ -6,7 +6,7 @@
 - optim.py: AdamW with decay/no-decay groups, LR application, gradient clipping.
 - guards.py: non-finite values, divergence, early stopping, validation size.
 - alerts.py: the config's alert rules (monitoring.alerts) against each step's record.
-- loop.py: the loop itself (train, TrainResult): a RunConfig (trainer/config/load.py)
+- loop.py: the loop itself (train, TrainResult): a RunConfig (trainer/config/sections.py)
   run as options.py's RunOptions say (device, run directory, checkpoints, resume).
 - components.py: the run's resumable state as named parts (state_dict/load_state_dict).
 - checkpointing.py: when to save; saving and resuming walk those parts.

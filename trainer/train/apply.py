@@ -30,7 +30,7 @@ from gates.files import fsync_dir
 from trainer.checkpoint.layout import CheckpointError, checkpoint_dirs
 from trainer.config.algebra import evaluate
 from trainer.config.device import run_device
-from trainer.config.load import RunConfig
+from trainer.config.sections import RunConfig
 from trainer.config.validate import rule_finding, validate
 from trainer.data.manifest import ShardError
 from trainer.model.params import param_count

@@ -42,7 +42,7 @@ from trainer.checkpoint.layout import LATEST_POINTER, CheckpointError, step_of
 from trainer.checkpoint.retention import prune
 from trainer.checkpoint.save import Gathered, save_checkpoint
 from trainer.checkpoint.state import config_hash
-from trainer.config.load import RunConfig
+from trainer.config.sections import RunConfig
 from trainer.model.llama import Llama
 from trainer.train import components, distributed, fsdp
 

@@ -6,7 +6,7 @@
                    options=RunOptions(out_dir=Path("runs/a"), checkpoint=True))
     result.losses, result.grad_norms, result.lrs, result.val_losses, result.stop_reason
 
-The run is the RunConfig (trainer/config/load.py): every value that defines it is read
+The run is the RunConfig (trainer/config/sections.py): every value that defines it is read
 from its sections, nowhere else. RunOptions (options.py) say how this process runs it:
 device, run directory, checkpoints, an early stop, a resume.
 
@@ -97,8 +97,8 @@ import torch
 from torch import Tensor, nn
 
 from trainer.config.device import check_device
-from trainer.config.load import RunConfig
 from trainer.config.schedule import lr_at
+from trainer.config.sections import RunConfig
 from trainer.model.llama import build_model
 from trainer.train import (
     alerts,
@@ -756,7 +756,7 @@ def train(
     methods is adapted (as_hooks). Raises before anything is built or written:
     ValueError for a stop_after past training.max_steps, preflight.PreflightError when
     the model, tokenizer, shards or resumed checkpoint disagree on the vocabulary (fresh
-    start and resume alike), trainer.config.load.ConfigError for a precision the device
+    start and resume alike), trainer.config.messages.ConfigError for a precision the device
     cannot honour. DataExhaustedError, guards.NonFiniteError or guards.DivergenceError
     during the run; a run never ends early without saying why (TrainResult.stop_reason,
     and training_state.json's status and reason, written however the run ends).

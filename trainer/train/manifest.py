@@ -24,7 +24,7 @@ import torch
 
 from gates.files import sha256_file
 from trainer import __version__
-from trainer.config.load import RunConfig
+from trainer.config.sections import RunConfig
 from trainer.runfiles.json_file import atomic_write_json
 from trainer.runfiles.names import RunDir
 from trainer.store.identity import launch_identity

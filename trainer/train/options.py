@@ -4,7 +4,7 @@
                                                                   checkpoint=True))
 
 The run's definition - seed, batch, schedule, precision, evaluation, checkpoint cadence,
-alerts, the model - is the RunConfig (trainer/config/load.py), read by the loop from its
+alerts, the model - is the RunConfig (trainer/config/sections.py), read by the loop from its
 sections and nowhere else. RunOptions says where and how far this process takes it: the
 device, the run directory (or none), whether to checkpoint, an early stop that keeps the
 configured schedule, a resume. `trainer apply` builds them from its flags
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.config.load import RunConfig
+from trainer.config.sections import RunConfig
 from trainer.runfiles.names import RunDir
 
 

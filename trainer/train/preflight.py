@@ -22,7 +22,7 @@ data may have changed since the checkpoint was written. Sizes are compared with
 trainer/model/vocab.py check_vocab_agreement, the one definition of "agree"; nothing is
 ever padded or truncated. Sources without a manifest (in-memory tensors) carry no
 vocabulary to compare, and a config built in code over them names no tokenizer
-(trainer/config/load.py IN_CODE_ONLY); a loaded config always names one, and it is checked.
+(trainer/config/sections.py IN_CODE_ONLY); a loaded config always names one, and it is checked.
 
 loop.train calls ``preflight.check_run`` through this module (looked up at call time), so
 tests/mutants/preflight.py can move or skip it.
@@ -38,7 +38,7 @@ from typing import Any
 
 from gates.files import read_regular, sha256_file
 from trainer.checkpoint.layout import MANIFEST_FILE
-from trainer.config.load import RunConfig
+from trainer.config.sections import RunConfig
 from trainer.data.manifest import Manifest
 from trainer.model.vocab import VocabMismatchError, check_vocab_agreement, tokenizer_vocab_size
 from trainer.tokenizer.model import TokenizerFileError

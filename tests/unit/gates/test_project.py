@@ -49,7 +49,7 @@ def test_this_repository_keeps_its_measurements_outside_the_framework():
     # Every gate of this project's contracts is found in the project's directory.
     found = project.discover(ROOT, "measurements")
     assert "GATE-TRAIN-LOOP-017" in found
-    assert found["GATE-TRAIN-LOOP-017"].startswith("tests/measurements/loop_gates.py:")
+    assert found["GATE-TRAIN-LOOP-017"].startswith("tests/measurements/training_loop_oracle.py:")
 
 
 @pytest.mark.parametrize(
@@ -151,3 +151,55 @@ def test_the_packages_a_project_names_are_recorded_beside_the_frameworks(tmp_pat
     assert recorded["pytest"] == pytest.__version__
     assert "jsonschema" in recorded  # the framework's own stay
     assert "nope-x" not in recorded  # not installed: left out, never invented
+
+
+def _contract_stem(path: Path) -> str:
+    """``contracts/training-loop-v1.yaml`` → ``training_loop``: a measurement module's prefix."""
+    return re.sub(r"-v\d+$", "", path.stem).replace("-", "_")
+
+
+def misnamed_measurements(root: Path) -> list[str]:
+    """Each measurement module of ``root`` that is not named by the one contract whose gates
+    it measures (``<contract>.py`` or ``<contract>_<part>.py``), or that measures no gate."""
+    from ruamel.yaml import YAML  # noqa: PLC0415
+
+    owner = {
+        gate["id"]: _contract_stem(path)
+        for path in sorted((root / "contracts").glob("*.yaml"))
+        for gate in (YAML(typ="safe").load(path.read_text()) or {}).get("gates") or []
+    }
+    by_module: dict[str, set[str]] = {}
+    for gate_id, where in project.discover(root, "measurements").items():
+        by_module.setdefault(where.rsplit(":", 1)[0], set()).add(owner.get(gate_id, "?"))
+    problems = []
+    for file, _ in project.load_config(root).modules("measurements"):
+        relative = str(file.relative_to(root.resolve()))
+        contracts = by_module.get(relative, set())
+        if len(contracts) != 1:
+            problems.append(f"{relative}: measures gates of {sorted(contracts) or 'no contract'}")
+        elif not re.fullmatch(rf"{next(iter(contracts))}(_[a-z0-9_]+)?", file.stem):
+            problems.append(f"{relative}: measures {next(iter(contracts))}'s gates")
+    return problems
+
+
+def test_each_measurement_module_is_named_by_the_contract_it_measures(tmp_path: Path):
+    """A reader looking for how GATE-TRAIN-LOOP-013 is measured opens
+    tests/measurements/training_loop*.py; a module named by subsystem (checkpoint_gates.py
+    measured training-loop gates beside arch_checkpoint_gates.py for another contract) or a
+    helper among the measurements sends them searching. The check itself is shown to refuse
+    a misnamed module and one that measures nothing, and to accept a correctly named one."""
+    assert misnamed_measurements(ROOT) == []
+    contract = "gates:\n  - id: GATE-W-001\n  - id: GATE-W-002\n"
+    write_project(tmp_path, "", {"contracts/widget-v2.yaml": contract})
+    modules = {
+        "widget_parts.py": "@measures('GATE-W-001')\ndef m(ctx): ...\n",
+        "helpers.py": "X = 1\n",
+        "w_gates.py": "@measures('GATE-W-002')\ndef m(ctx): ...\n",
+    }
+    for name, text in modules.items():
+        (tmp_path / "tests" / "measurements").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "tests" / "measurements" / name).write_text(text)
+    assert misnamed_measurements(tmp_path) == [
+        "tests/measurements/helpers.py: measures gates of no contract",
+        "tests/measurements/w_gates.py: measures widget's gates",
+    ]

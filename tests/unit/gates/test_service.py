@@ -11,18 +11,9 @@ from pathlib import Path
 import pytest
 
 from gates import promotion, service
-from tests.acceptance import widget_project
 
 GATE = "GATE-WIDGET-001"
 MEASURING = ("gates.promotion", "gates.measure", "gates.recipes", "gates.trace", "gates.testrun")
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> tuple[Path, Path]:
-    root = tmp_path / "widget"
-    root.mkdir()
-    contract = widget_project.build_measured(root)
-    return root, contract
 
 
 def lines(root: Path, count: int) -> Path:
@@ -45,8 +36,8 @@ def test_a_pv_command_loads_none_of_the_measuring_code():
     assert "gates.promotion" in _loaded_by("gates.cli.gates")
 
 
-def test_an_invalid_contract_is_refused_naming_its_first_error_at_file_and_line(project):
-    root, contract = project
+def test_an_invalid_contract_is_refused_naming_its_first_error_at_file_and_line(measured_widget):
+    root, contract = measured_widget
     contract.write_text(
         contract.read_text().replace("  kind: tooling\n", "  kind: tooling\n  colour: red\n")
     )
@@ -64,10 +55,10 @@ def test_a_contract_that_cannot_be_read_is_named(tmp_path):
     assert refused.value.unreadable and str(missing) in str(refused.value)
 
 
-def test_a_re_measurement_goes_on_over_findings_about_recorded_evidence(project):
+def test_a_re_measurement_goes_on_over_findings_about_recorded_evidence(measured_widget):
     """A threshold edited after the promotion: the evidence disagrees with the contract
     (EVIDENCE-*). A status read from it would be a guess; re-measuring is how it is fixed."""
-    root, contract = project
+    root, contract = measured_widget
     promotion.promote(root, contract, GATE, [lines(root, 5)], command=["gates", "promote", GATE])
     contract.write_text(contract.read_text().replace('">=", value: 3,', '">=", value: 4,'))
     with pytest.raises(service.ContractsUnusableError) as refused:
@@ -78,8 +69,8 @@ def test_a_re_measurement_goes_on_over_findings_about_recorded_evidence(project)
     assert usable.waived == len(refused.value.errors)
 
 
-def test_a_gate_is_found_in_any_contract_and_an_unknown_one_gets_the_nearest_id(project):
-    root, contract = project
+def test_a_gate_is_found_in_any_contract_and_an_unknown_one_gets_the_nearest_id(measured_widget):
+    root, contract = measured_widget
     contracts = service.usable_contracts([contract], root=root).contracts
     found, gate = service.find_gate(contracts, "GATE-WIDGET-002")
     assert (found.id, gate.id) == ("C-WIDGET", "GATE-WIDGET-002")
@@ -88,8 +79,10 @@ def test_a_gate_is_found_in_any_contract_and_an_unknown_one_gets_the_nearest_id(
 
 
 @pytest.mark.parametrize(("count", "verdict"), [(5, "PASS"), (2, "FAIL")])
-def test_a_check_writes_its_evidence_whatever_the_verdict(project, tmp_path, count, verdict):
-    root, contract = project
+def test_a_check_writes_its_evidence_whatever_the_verdict(
+    measured_widget, tmp_path, count, verdict
+):
+    root, contract = measured_widget
     contracts = service.usable_contracts([contract], root=root).contracts
     c, gate = service.find_gate(contracts, GATE)
     out = tmp_path / "evidence.json"

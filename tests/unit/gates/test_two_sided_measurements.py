@@ -18,7 +18,12 @@ import pytest
 import torch
 
 from gates.measure import GateContext
-from tests.measurements import arch_gates, arch_preflight_gates, loop_parts_gates, loop_run_gates
+from tests.measurements import (
+    llama_370m_sovereign_model,
+    llama_370m_sovereign_preflight,
+    training_loop_parts,
+    training_loop_run,
+)
 from trainer import model
 from trainer.model import llama
 from trainer.train import guards, loop
@@ -37,7 +42,7 @@ def _values(measurement) -> dict[str, float]:
 
 # ---------------------------------------------------------------- GATE-TRAIN-LOOP-003
 def test_loop_003_refusing_every_startup_is_counted_as_valid_configs_refused(monkeypatch):
-    real = _values(loop_run_gates.validation_floor(_ctx()))
+    real = _values(training_loop_run.validation_floor(_ctx()))
     assert real["valid_configs_refused"] == 0
     assert real["min_validation_tokens_with_early_stopping"] == 131_072
 
@@ -45,7 +50,7 @@ def test_loop_003_refusing_every_startup_is_counted_as_valid_configs_refused(mon
         raise ValueError(f"{target_tokens:,} tokens; early stopping needs at least 131,072")
 
     monkeypatch.setattr(guards, "check_validation_size", refuse)
-    broken = _values(loop_run_gates.validation_floor(_ctx()))
+    broken = _values(training_loop_run.validation_floor(_ctx()))
     # The old metric still "passes" (inf >= 131,072); the new one does not.
     assert broken["min_validation_tokens_with_early_stopping"] >= 131_072
     assert broken["valid_configs_refused"] == 2  # 131,072 with early stopping, and off
@@ -53,7 +58,7 @@ def test_loop_003_refusing_every_startup_is_counted_as_valid_configs_refused(mon
 
 # ---------------------------------------------------------------- GATE-ARCH-370M-006
 def test_arch_006_real_check_refuses_as_documented():
-    real = _values(arch_gates.mismatched_vocab_pairs(_ctx()))
+    real = _values(llama_370m_sovereign_model.mismatched_vocab_pairs(_ctx()))
     assert real == {
         "mismatched_pairs_accepted": 0,
         "mismatched_pairs_checked": 5,
@@ -70,7 +75,7 @@ def test_arch_006_refusing_every_pair_is_counted_as_matched_pairs_refused(monkey
         )
 
     monkeypatch.setattr(model, "check_vocab_agreement", refuse)
-    broken = _values(arch_gates.mismatched_vocab_pairs(_ctx()))
+    broken = _values(llama_370m_sovereign_model.mismatched_vocab_pairs(_ctx()))
     assert broken["mismatched_pairs_accepted"] == 0
     assert broken["matched_pairs_refused"] == 1
 
@@ -80,7 +85,7 @@ def test_arch_006_a_crash_is_not_a_refusal(monkeypatch):
         raise KeyError("model")
 
     monkeypatch.setattr(model, "tokenizer_vocab_size", crash)
-    broken = _values(arch_gates.mismatched_vocab_pairs(_ctx()))
+    broken = _values(llama_370m_sovereign_model.mismatched_vocab_pairs(_ctx()))
     assert broken["mismatched_pairs_accepted"] == 0
     assert broken["refusals_by_crash"] == 5
     assert broken["matched_pairs_refused"] == 1
@@ -92,7 +97,7 @@ def test_arch_006_a_refusal_must_name_both_sizes(monkeypatch):
             raise model.VocabMismatchError(model_vocab, tokenizer_vocab, "vocab mismatch")
 
     monkeypatch.setattr(model, "check_vocab_agreement", terse)
-    broken = _values(arch_gates.mismatched_vocab_pairs(_ctx()))
+    broken = _values(llama_370m_sovereign_model.mismatched_vocab_pairs(_ctx()))
     assert broken["mismatched_pairs_accepted"] == 0
     assert broken["refusals_not_naming_both_sizes"] == 3  # the gapped pairs name the gap
     assert broken["matched_pairs_refused"] == 0
@@ -107,7 +112,7 @@ def test_arch_011_a_traceback_or_signal_is_a_crash_not_a_refusal(tmp_path):
     sizes = (50257, 50256)
     refusal = "trainer apply: error: vocabulary preflight: model vocab_size 50257 != 50256"
     traceback = "Traceback (most recent call last):\n  ...\nKeyError: 50257 50256"
-    case = arch_preflight_gates._case
+    case = llama_370m_sovereign_preflight._case
     assert case(_done(1, refusal), None, tmp_path / "none", sizes)["crashed"] is False
     assert case(_done(1, traceback), None, tmp_path / "none", sizes)["crashed"] is True
     assert case(_done(-9, refusal), None, tmp_path / "none", sizes)["crashed"] is True
@@ -115,15 +120,15 @@ def test_arch_011_a_traceback_or_signal_is_a_crash_not_a_refusal(tmp_path):
 
 
 def test_arch_011_refusing_every_run_is_counted_as_matched_runs_refused(monkeypatch):
-    real_trainer = arch_preflight_gates._trainer
+    real_trainer = llama_370m_sovereign_preflight._trainer
 
     def refuse_apply(root: Path, *args: str) -> subprocess.CompletedProcess:
         if args[0] != "apply":
             return real_trainer(root, *args)  # `data encode` runs for real
         return _done(1, "trainer apply: error: refused: 50257 50256 50258 512 513")
 
-    monkeypatch.setattr(arch_preflight_gates, "_trainer", refuse_apply)
-    broken = _values(arch_preflight_gates.mismatched_runs_started(_ctx()))
+    monkeypatch.setattr(llama_370m_sovereign_preflight, "_trainer", refuse_apply)
+    broken = _values(llama_370m_sovereign_preflight.mismatched_runs_started(_ctx()))
     assert broken["mismatched_runs_started"] == 0
     assert broken["refusals_by_crash"] == 0
     assert broken["matched_runs_refused"] == 1  # the tiny run; its resumes never happen
@@ -132,7 +137,7 @@ def test_arch_011_refusing_every_run_is_counted_as_matched_runs_refused(monkeypa
 
 @pytest.mark.slow
 def test_arch_011_real_runs_refuse_only_mismatched_ones():
-    real = _values(arch_preflight_gates.mismatched_runs_started(_ctx()))
+    real = _values(llama_370m_sovereign_preflight.mismatched_runs_started(_ctx()))
     assert real == {
         "mismatched_runs_started": 0,
         "refusals_not_naming_both_sizes": 0,
@@ -144,7 +149,7 @@ def test_arch_011_real_runs_refuse_only_mismatched_ones():
 
 # ---------------------------------------------------------------- GATE-TRAIN-LOOP-010
 def test_loop_010_a_model_that_ignores_context_fails_later_positions_unaffected(monkeypatch):
-    real = _values(loop_parts_gates.causal_objective(_ctx()))
+    real = _values(training_loop_parts.causal_objective(_ctx()))
     assert real["future_token_leaks"] == 0
     assert real["later_positions_unaffected"] == 0
 
@@ -161,7 +166,7 @@ def test_loop_010_a_model_that_ignores_context_fails_later_positions_unaffected(
             return self.model.lm_head(self.model.model.embed_tokens(ids))
 
     monkeypatch.setattr(llama, "build_model", lambda cfg, **kw: NoAttention(real_build(cfg, **kw)))
-    broken = _values(loop_parts_gates.causal_objective(_ctx()))
+    broken = _values(training_loop_parts.causal_objective(_ctx()))
     assert broken["future_token_leaks"] == 0
     assert broken["later_positions_unaffected"] == 3 * (32 * 31 // 2)  # every i > j
 
@@ -175,14 +180,14 @@ def test_loop_001_a_run_recording_no_loss_fails_losses_verified(monkeypatch):
         return dataclasses.replace(result, records=[])  # no step's loss recorded
 
     monkeypatch.setattr(loop, "train", forgetful)
-    broken = _values(loop_run_gates.placeholder_losses(_ctx()))
+    broken = _values(training_loop_run.placeholder_losses(_ctx()))
     assert broken["placeholder_losses"] == 0
     assert broken["losses_verified"] == 0  # the real loop: 12
 
 
 def test_loop_002_a_loop_that_trains_nothing_fails_the_positive_controls(monkeypatch):
     monkeypatch.setattr(loop, "train", lambda *args, **kwargs: None)
-    broken = _values(loop_run_gates.validation_tokens_trained_on(_ctx()))
+    broken = _values(training_loop_run.validation_tokens_trained_on(_ctx()))
     assert broken["validation_tokens_trained_on"] == 0
     assert broken["training_tokens_searched"] == 0  # the real loop: 1,428
     assert broken["evaluations_searched"] == 0  # the real loop: 3

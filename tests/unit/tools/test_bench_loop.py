@@ -16,7 +16,7 @@ from tests.unit.trainer.loop_support import (
     one_thread,  # noqa: F401 - autouse fixture
 )
 from tools import bench_loop
-from trainer.config.load import with_values
+from trainer.config.in_code import with_values
 
 
 def _microscopic(warmup: int, steps: int):

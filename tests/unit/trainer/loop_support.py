@@ -15,7 +15,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from trainer.config.load import RunConfig, config_from_values, with_values
+from trainer.config.in_code import config_from_values, with_values
+from trainer.config.sections import RunConfig
 from trainer.data.encode import encode_corpus
 from trainer.model.config import LlamaConfig, preset
 from trainer.model.llama import build_model
@@ -86,7 +87,7 @@ def random_rows(n: int, seq_len: int, seed: int, vocab_size: int = VOCAB) -> Ten
 def loop_config(values: dict[str, Any] | None = None) -> RunConfig:
     """The tests' run, built in code over in-memory sequences (no shards, no tokenizer on
     disk): the tiny model, 2 x 2 sequences of 8 tokens a step, 12 steps over 3 epochs;
-    ``values`` (dotted keys, trainer.config.load.with_values) replace any of it."""
+    ``values`` (dotted keys, trainer.config.in_code.with_values) replace any of it."""
     base = config_from_values(
         tiny_config(),
         data={"micro_batch": 2, "seq_len": 8},

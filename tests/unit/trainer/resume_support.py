@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 
 from tests.unit.trainer.loop_support import TensorSequences, loop_config, random_rows
 from trainer.checkpoint.optimizer_state import optimizer_tensors
-from trainer.config.load import RunConfig
+from trainer.config.sections import RunConfig
 from trainer.train.loop import train
 from trainer.train.options import RunOptions
 

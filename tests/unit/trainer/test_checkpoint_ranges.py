@@ -11,6 +11,7 @@ Ranges are made small here (100,000 bytes) so the tiny model's files span severa
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -20,6 +21,8 @@ import types
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.unit.trainer.checkpoint_support import (
     as_format_1,
@@ -299,3 +302,53 @@ def test_a_save_s_hashing_threads_run_behind_its_writer(tmp_path, monkeypatch, s
     assert durable.write_hashed(tmp_path / "file", [data]).entry() == manifest_entry(data, RANGE)
     assert len(hashed_at) == 6 and min(hashed_at) > writer, (writer, hashed_at)
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == writer
+
+
+def _oracle_ranges(data: bytes, range_bytes: int) -> list[bytes]:
+    return [data[i : i + range_bytes] for i in range(0, len(data), range_bytes)] or [b""]
+
+
+def _chunked(data: bytes, cuts: list[int]) -> list[bytes]:
+    edges = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    return [data[a:b] for a, b in itertools.pairwise(edges)]
+
+
+@given(
+    data=st.binary(max_size=300),
+    cuts=st.lists(st.integers(0, 300), max_size=8),
+    range_bytes=st.integers(1, 64),
+)
+def test_however_a_file_arrives_in_chunks_its_ranges_are_the_same(data, cuts, range_bytes):
+    """The one splitter (manifest.pieces_by_range): whatever the chunks, and whether a
+    chunk ends inside a range, on its edge or spans several, the save's ranges (cut_into_ranges)
+    and an entry's digests are those of the file cut every range_bytes (an empty file: one
+    empty range), and the chunks pass through unchanged."""
+    chunks = _chunked(data, cuts)
+    ranges = _oracle_ranges(data, range_bytes)
+    cut = list(manifest.cut_into_ranges(chunks, range_bytes))
+    assert b"".join(bytes(chunk) for chunk, _ in cut) == data
+    assert [b"".join(r) for _, done in cut for r in done] == ranges
+    entry = manifest._entry_of_chunks(chunks, range_bytes)
+    assert entry == manifest.entry_of(len(data), range_bytes, [
+        hashlib.sha256(r).hexdigest() for r in ranges
+    ])  # fmt: skip
+
+
+def test_an_entry_hashes_each_chunk_as_it_comes_and_holds_no_range(tmp_path):
+    """file_entry reads a file chunk by chunk: holding a range's chunks until the range is
+    complete cost up to a range (64 MiB) of memory per file. Each chunk is overwritten once the
+    next is asked for, so a digest computed later would be of the overwritten bytes."""
+    data = os.urandom(10_000)
+    buffers: list[bytearray] = []
+
+    def reused_chunks():
+        for start in range(0, len(data), 999):
+            if buffers:
+                buffers[-1][:] = bytes(len(buffers[-1]))  # the reader's buffer, reused
+            buffers.append(bytearray(data[start : start + 999]))
+            yield buffers[-1]
+
+    entry = manifest._entry_of_chunks(reused_chunks(), 4096)
+    assert entry["range_sha256"] == [
+        hashlib.sha256(r).hexdigest() for r in _oracle_ranges(data, 4096)
+    ]

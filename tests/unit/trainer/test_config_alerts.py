@@ -11,7 +11,8 @@ import pytest
 
 from trainer import cli
 from trainer.config.alerts import METRICS, AlertRule, AlertSyntaxError, parse_when
-from trainer.config.load import ConfigError, load_config
+from trainer.config.load import load_config
+from trainer.config.messages import ConfigError
 from trainer.config.validate import validate
 from trainer.train.checkpointing import identity_hash, run_identity
 

@@ -21,7 +21,8 @@ from tests.unit.trainer.loop_support import (  # noqa: F401 - one_thread is a fi
 )
 from trainer import cli
 from trainer.config.device import device_findings, run_device, unsupported_precision
-from trainer.config.load import ConfigError, load_config
+from trainer.config.load import load_config
+from trainer.config.messages import ConfigError
 from trainer.config.validate import validate
 from trainer.plan.sections import config_section
 from trainer.train import loop

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from trainer.config.algebra import AlgebraInputs
-from trainer.config.load import ConfigError, ConfigFinding, load_config
+from trainer.config.load import load_config
+from trainer.config.messages import ConfigError, ConfigFinding
 from trainer.config.sequences import sequences_in
 from trainer.config.validate import validate
 from trainer.model.config import preset

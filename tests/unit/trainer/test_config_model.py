@@ -1,4 +1,4 @@
-"""The run-config model: the section dataclasses of trainer/config/load.py and
+"""The run-config model: the section dataclasses of trainer/config/sections.py and
 trainer/config/schema.json agree on every key, its type (nullable included), its default
 (a required key has none on either side) and its enum values; the loader fills omitted
 keys from the dataclasses; a config built in code (config_from_values, with_values) takes
@@ -21,16 +21,15 @@ import pytest
 
 from trainer.config.alerts import AlertRule
 from trainer.config.algebra import default_min_lr
-from trainer.config.load import (
+from trainer.config.in_code import config_from_values, with_values
+from trainer.config.load import load_config
+from trainer.config.messages import schema
+from trainer.config.sections import (
     IN_CODE_ONLY,
     DataConfig,
     MonitoringConfig,
     OptimizerConfig,
     TrainingConfig,
-    config_from_values,
-    load_config,
-    schema,
-    with_values,
 )
 from trainer.model.config import preset
 
@@ -56,7 +55,7 @@ UNTYPED_ENUMS = {
     "monitoring.alerts[].action": "AlertRule.action is str; parse_rule checks its value",
 }
 #: Required keys whose dataclass field also takes None: only a config built in code may
-#: hold it (load.IN_CODE_ONLY); a file must give a string (schema.json), and a loaded
+#: hold it (sections.IN_CODE_ONLY); a file must give a string (schema.json), and a loaded
 #: config always checks and hashes what it names.
 IN_CODE_NONE = {
     "data.shards": "in-memory sources: no shard directory, no manifest to check or hash",

@@ -28,7 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.trainer.loop_support import TensorSequences
-from trainer.config.load import config_from_values
+from trainer.config.in_code import config_from_values
 from trainer.model import preset
 from trainer.model.llama import Llama, build_model
 from trainer.train.hooks import Hooks

@@ -25,7 +25,8 @@ from tests.unit.trainer.loop_support import (  # noqa: F401 - one_thread is a fi
     write_run_config,
 )
 from trainer import cli
-from trainer.config.load import load_config, with_values
+from trainer.config.in_code import with_values
+from trainer.config.load import load_config
 from trainer.data.encode import encode_corpus
 from trainer.data.manifest import MANIFEST_NAME
 from trainer.tokenizer.model import ByteLevelBPE

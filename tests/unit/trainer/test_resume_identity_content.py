@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 
 from trainer.checkpoint.layout import CheckpointError
-from trainer.config.load import load_config, with_values
+from trainer.config.in_code import with_values
+from trainer.config.load import load_config
 from trainer.train.checkpointing import identity_hash, legacy_identity_hash, run_identity
 from trainer.train.components import RunIdentity
 

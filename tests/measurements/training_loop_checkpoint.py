@@ -29,7 +29,7 @@ from pathlib import Path
 
 from gates.measure import GateContext, Measurement, measures
 from gates.recipes import Recipe
-from tests.measurements.checkpoint_digests import bytes_as_listed
+from tests.checkpoint_digests import bytes_as_listed
 
 ARTIFACT = "loop run directory (tools/make_loop_run.py)"
 #: How the artifact is rebuilt (gates.recipes). Left out of its digest: what the clock and
@@ -392,7 +392,7 @@ def corrupt_checkpoints_loaded(ctx: GateContext) -> Measurement:
             code = (
                 "import sys; from pathlib import Path; from gates import mutants; "
                 "mutants.apply_from_env(Path.cwd()); "
-                "from tests.measurements.checkpoint_gates import _save_child; "
+                "from tests.measurements.training_loop_checkpoint import _save_child; "
                 "_save_child(sys.argv[1], sys.argv[2], int(sys.argv[3]))"
             )
             child = subprocess.run(

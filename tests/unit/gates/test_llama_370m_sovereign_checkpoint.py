@@ -1,5 +1,6 @@
-"""The checks behind GATE-ARCH-370M-002 and -005 (tests/measurements/arch_checkpoint_gates.py)
-pass on a real loop checkpoint and fail on each corruption they exist to catch.
+"""The checks behind GATE-ARCH-370M-002 and -005
+(tests/measurements/llama_370m_sovereign_checkpoint.py) pass on a real loop checkpoint and fail
+on each corruption they exist to catch.
 
 A tiny model of the same family stands in for the 370M one (the gate itself runs on the
 tools/make_370m_checkpoint.py artifact); the expected table is built from the tiny config.
@@ -25,9 +26,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
-from tests.measurements import arch_checkpoint_gates as gate
+from tests.measurements import llama_370m_sovereign_checkpoint as gate
 from trainer.cli import main as trainer_main
-from trainer.config.load import config_from_values
+from trainer.config.in_code import config_from_values
 from trainer.model.config import LlamaConfig, preset
 from trainer.model.llama import build_model
 from trainer.model.params import parameter_shapes

@@ -44,7 +44,7 @@ from typing import Any
 
 from gates.measure import GateContext, Measurement, measures
 from gates.recipes import Recipe
-from tests.measurements.checkpoint_digests import bytes_as_listed
+from tests.checkpoint_digests import bytes_as_listed
 
 #: How the checkpoint of GATE-ARCH-370M-002/-004/-005 is rebuilt (gates.recipes): the
 #: tool's run directory, of which the step-2 checkpoint is the artifact.

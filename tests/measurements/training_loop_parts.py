@@ -173,7 +173,7 @@ def _loop_errors(pad_id: int, seq: int) -> tuple[float, float, int, list[str]]:
 
     from trainer.train.loop import train  # noqa: PLC0415
 
-    from .loop_run_gates import VOCAB, _config, _Rows  # noqa: PLC0415
+    from .training_loop_run import VOCAB, _config, _Rows  # noqa: PLC0415
 
     tokens = _padded_global_batch(VOCAB, seq, pad_id)
     real = int((tokens[:, 1:] != pad_id).sum())

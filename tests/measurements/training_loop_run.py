@@ -35,7 +35,7 @@ def _sources(ctx: GateContext, *names: str) -> list[Path]:
 
 def _config(values: dict | None = None, vocab_size: int = VOCAB):
     """The measured run, built in code over in-memory rows; ``values`` by dotted key."""
-    from trainer.config.load import config_from_values, with_values  # noqa: PLC0415
+    from trainer.config.in_code import config_from_values, with_values  # noqa: PLC0415
     from trainer.model.config import preset  # noqa: PLC0415 - torch on demand only
 
     model = dataclasses.replace(
@@ -330,7 +330,7 @@ def _validation_rows(targets: int, pad_rows: int = 0, seq_len: int = 64):
 
 @measures("GATE-TRAIN-LOOP-003")
 def validation_floor(ctx: GateContext) -> Measurement:
-    from trainer.config.load import with_values  # noqa: PLC0415
+    from trainer.config.in_code import with_values  # noqa: PLC0415
     from trainer.train.loop import train  # noqa: PLC0415
 
     train_data = _Rows(_random_rows(8, 64, seed=12))
@@ -718,7 +718,7 @@ def differing_values(ctx: GateContext) -> Measurement:
         for hash_seed in ("0", "99"):
             out = Path(tmp) / f"run-{hash_seed}.json"
             code = (
-                "import sys; from tests.measurements.loop_run_gates import _determinism_child; "
+                "import sys; from tests.measurements.training_loop_run import _determinism_child; "
                 "_determinism_child(sys.argv[1])"
             )
             subprocess.run(

@@ -23,13 +23,13 @@ from pathlib import Path
 
 from gates.measure import GateContext, Measurement, measures
 
-from .loop_run_gates import VOCAB, _config, _random_rows, _Rows
+from .training_loop_run import VOCAB, _config, _random_rows, _Rows
 
 PAD = 0
 STEPS = 6
 ROWS, SEQ_LEN, DATA_SEED = 64, 8, 5
 WEIGHT_SCALE = 0.1  # atol / rtol of the contract's weight tolerance (1e-6 / 1e-5)
-CHILD = "tests.measurements.distributed_gates"
+CHILD = "tests.measurements.training_loop_distributed"
 
 
 def _padded_rows():

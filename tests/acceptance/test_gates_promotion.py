@@ -258,14 +258,16 @@ def test_two_promotions_at_once_on_one_contract_lose_no_edit(measured_widget):
     assert [e.version for e in c.changelog] == ["1.2.0", "1.1.0", "1.0.0"]
 
 
+def no_space(target: Path, data: bytes) -> Path:
+    """files.write_temp on a full disk."""
+    raise OSError(28, "No space left on device", str(target))
+
+
 def test_cli_refusal_is_exit_1_and_io_failure_is_exit_2(measured_widget, monkeypatch, capsys):
     root, contract = measured_widget
     argv = ["promote", "GATE-WIDGET-001", "--files", str(contract), "--root", str(root)]
     assert gates_cli.main([*argv, "--artifact", str(root.parent / "missing.txt")]) == 1
     assert "refused, nothing changed: artifact" in capsys.readouterr().err
-
-    def no_space(target: Path, data: bytes) -> Path:
-        raise OSError(28, "No space left on device", str(target))
 
     monkeypatch.setattr(files, "write_temp", no_space)
     before = _snapshot(root, contract)
@@ -284,9 +286,6 @@ def test_a_check_shows_its_verdict_before_its_evidence_and_even_when_that_cannot
     out = root.parent / "evidence.json"
     argv = ["check", "GATE-WIDGET-001", "--files", str(contract), "--root", str(root)]
     argv += ["--artifact", str(artifact(root, 5)), "--out", str(out)]
-
-    def no_space(target: Path, data: bytes) -> Path:
-        raise OSError(28, "No space left on device", str(target))
 
     with monkeypatch.context() as patched:
         patched.setattr(files, "write_temp", no_space)

@@ -9,7 +9,7 @@ A new gate is one function plus contract YAML::
 
 Measurement modules belong to the project, not to the framework: they live in the
 directories its ``pyproject.toml`` names under ``[tool.shipgate] measurements``
-(gates.project; ``tests/measurements`` by default) and are imported on first lookup.
+(gates.model.project; ``tests/measurements`` by default) and are imported on first lookup.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gates import project
-from gates.contract import Contract, Gate
-from gates.recipes import Recipe
+from gates.model import project
+from gates.model.contract import Contract, Gate
+from gates.provenance.recipes import Recipe
 
 
 @dataclass(frozen=True)
@@ -54,11 +54,11 @@ class Measurer:
     artifact: str | None = None
     #: Returns why a path is not that kind of artifact, or None when it is.
     check: Callable[[Path], str | None] | None = None
-    #: How the project rebuilds the artifact (gates.recipes), so that `gates check` and
+    #: How the project rebuilds the artifact (gates.provenance.recipes), so that `gates check` and
     #: `gates promote` without --artifact can rebuild one that is gone.
     recipe: Recipe | None = None
     #: The measurement times this machine (wall time or memory, side by side): `gates check
-    #: --ship-blocking` runs it with no other gate beside it (gates.checkrun).
+    #: --ship-blocking` runs it with no other gate beside it (gates.runner.checkrun).
     timed: bool = False
 
 

@@ -1,7 +1,7 @@
 """Mutants: the known bugs a falsification test exists to catch, as explicit injections.
 
 A project keeps its mutants in the directories its ``[tool.shipgate] mutants`` names
-(gates.project; ``tests/mutants`` by default)::
+(gates.model.project; ``tests/mutants`` by default)::
 
     from gates.mutants import mutant
 
@@ -10,8 +10,8 @@ A project keeps its mutants in the directories its ``[tool.shipgate] mutants`` n
         patch.setattr(bpe, "tie_key", lambda pair: hash(pair))
 
 `pv validate` finds them statically (AST, nothing imported); `gates audit` first applies each
-mutant dry to check the seams it patches exist and accept the original's calls (gates.seams),
-then runs a test with ``SHIPGATE_MUTANT=<id>`` and the pytest plugin (gates.pytest_plugin)
+mutant dry to check the seams it patches exist and accept the original's calls (gates.audit.seams),
+then runs a test with ``SHIPGATE_MUTANT=<id>`` and the pytest plugin (gates.runner.pytest_plugin)
 applies that mutant before any test runs. docs/mutants.md has the whole story.
 """
 
@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from gates import project
+from gates.model import project
 
 ENV_VAR = "SHIPGATE_MUTANT"
 
@@ -36,7 +36,7 @@ def mutant(
 ) -> Callable[[MutantFn], MutantFn]:
     """Register the decorated function as the implementation of ``mutant_id``.
 
-    A test kills a mutant when one of its assertions fails (gates.testrun.is_assertion); an
+    A test kills a mutant when one of its assertions fails (gates.runner.testrun.is_assertion); an
     exception is a crash, and so is ``pytest.fail`` called while handling one (a test helper
     turning any error into a failure). ``refused_with``: the exception types whose raising IS
     the detection of this bug — the code refusing the bad state the mutant makes (a digest

@@ -10,7 +10,7 @@ trainer's pipeline (trainer/pipeline/run.py) all go through here, and differ onl
 they report a refusal (a usage error, a refused promotion, a failed pipeline stage).
 
 Light on imports: a `pv` command that only validates loads none of the measuring code
-(gates.promotion is imported by check_gate, when a gate is checked).
+(gates.check is imported by check_gate, when a gate is checked).
 """
 
 from __future__ import annotations
@@ -20,19 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gates.contract import Contract, Gate
-from gates.files import atomic_write_bytes
-from gates.findings import Finding, Report
-from gates.rules import about_recorded_evidence
-from gates.schema import did_you_mean
-from gates.validate import find_root, validate
+from gates.io.files import atomic_write_bytes
+from gates.model.contract import Contract, Gate
+from gates.model.findings import Finding, Report
+from gates.model.rules import about_recorded_evidence
+from gates.model.schema import did_you_mean
+from gates.pv.validate import find_root, validate
 
 if TYPE_CHECKING:
-    from gates.promotion import CheckResult
-
-
-class RefusedError(Exception):
-    """The gate cannot be checked or promoted; the message says why. Nothing was written."""
+    from gates.check import CheckResult
 
 
 class ContractsUnusableError(Exception):
@@ -114,12 +110,12 @@ def check_gate(
     mutant: str | None = None,
     out: Path | None = None,
 ) -> CheckResult:
-    """Re-measure ``gate`` (its bound tests and its measurement: gates.promotion.check) in
+    """Re-measure ``gate`` (its bound tests and its measurement: gates.check.check) in
     its project (``root``, else the one holding the contract), writing its evidence to
     ``out`` whatever the verdict. RefusedError when it cannot be measured."""
-    from gates import promotion  # noqa: PLC0415 - the measuring code, only when measuring
+    from gates.check import check  # noqa: PLC0415 - the measuring code, only when measuring
 
-    result = promotion.check(
+    result = check(
         root or find_root(contract.path), contract, gate, artifacts, command=command, mutant=mutant
     )
     if out is not None:

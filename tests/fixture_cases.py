@@ -12,9 +12,9 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from gates import source
-from gates.checks import contract_rules, crossfile_rules, project_rules
-from gates.validate import validate
+from gates.model import source
+from gates.pv.checks import contract_rules, crossfile_rules, project_rules
+from gates.pv.validate import validate
 
 FIXTURE_CONTRACTS = Path("tests") / "fixtures" / "pv_project" / "contracts"
 EXPECT = re.compile(r"#\s*pv-expect:\s*([A-Z0-9, -]+?)\s*$")

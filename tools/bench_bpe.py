@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         result["identical_merges"] = (
             result["fast"]["merges_sha256"] == result["hf"]["merges_sha256"]
         )
-    from gates.evidence import git_info, host_info, utc_now  # noqa: PLC0415
+    from gates.provenance.evidence import git_info, host_info, utc_now  # noqa: PLC0415
 
     result["captured_at"] = utc_now()
     result["command"] = " ".join(["python", "tools/bench_bpe.py", *(argv or sys.argv[1:])])

@@ -88,7 +88,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gates.evidence import portable_path  # noqa: E402 - needs ROOT on sys.path
+from gates.provenance.evidence import portable_path  # noqa: E402 - needs ROOT on sys.path
 from trainer.checkpoint import load, manifest, optimizer_state, save, verify  # noqa: E402
 from trainer.checkpoint.layout import OPTIMIZER_FILE  # noqa: E402
 from trainer.checkpoint.state import TrainingState, config_hash  # noqa: E402
@@ -949,7 +949,7 @@ def main(argv: list[str] | None = None) -> int:
         read_chunk_kib=args.read_chunk_kib,
         drop_caches=not args.no_drop_caches,
     )
-    from gates.evidence import git_info, host_info, utc_now  # noqa: PLC0415
+    from gates.provenance.evidence import git_info, host_info, utc_now  # noqa: PLC0415
 
     result["wall_s"] = time.perf_counter() - started
     result["machine"]["load_average_1_5_15"] = {"before": load_before, "after": os.getloadavg()}

@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     result = run_benchmark(
         config, warmup=args.warmup, steps=args.steps, repeats=args.repeats, threads=args.threads
     )
-    from gates.evidence import git_info, host_info, portable_path, utc_now  # noqa: PLC0415
+    from gates.provenance.evidence import git_info, host_info, portable_path, utc_now  # noqa: PLC0415
 
     result["workload"]["config"] = portable_path(Path(args.config), ROOT)
     result["wall_s"] = time.perf_counter() - started

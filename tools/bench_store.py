@@ -35,8 +35,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gates.evidence import portable_path  # noqa: E402 - needs ROOT on sys.path
-from gates.machine_paths import portable_command  # noqa: E402
+from gates.io.machine_paths import portable_command  # noqa: E402
+from gates.provenance.evidence import portable_path  # noqa: E402 - needs ROOT on sys.path
 from trainer.model.config import preset  # noqa: E402
 from trainer.runfiles.metrics_file import read_metrics  # noqa: E402
 from trainer.runfiles.names import RUNS_DB_FILE  # noqa: E402
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", type=Path, metavar="RUN_DIR", help="a real run's steps")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    from gates.evidence import git_info, host_info, utc_now  # noqa: PLC0415
+    from gates.provenance.evidence import git_info, host_info, utc_now  # noqa: PLC0415
 
     result = run_benchmark(args.steps, args.dir)
     if args.against is not None:

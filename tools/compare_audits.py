@@ -5,7 +5,7 @@
 For each (test, mutant) row: the outcome, verdict, status, the first failure (exception,
 message, phase, where raised), the seam check, and the files the run read (path and sha256).
 Exit 0 when every row agrees and both hold the same rows; 1 with each difference printed.
-Used to show the forked audit (gates.forkrun) is the slow path's audit, only faster.
+Used to show the forked audit (gates.runner.forkrun) is the slow path's audit, only faster.
 """
 
 from __future__ import annotations

@@ -35,8 +35,8 @@ from safetensors.torch import load_file
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gates.evidence import git_info, host_info, portable_path, utc_now  # noqa: E402
-from gates.files import sha256_file  # noqa: E402
+from gates.io.files import sha256_file  # noqa: E402
+from gates.provenance.evidence import git_info, host_info, portable_path, utc_now  # noqa: E402
 from trainer.checkpoint.layout import step_dir_name  # noqa: E402
 
 TENSOR_FILES = ("model.safetensors", "optimizer.safetensors", "rng.safetensors")
@@ -46,7 +46,8 @@ _ABSOLUTE = re.compile(r"(?<![\w.])/[^\s:'\",)]+")
 
 
 def portable_text(text: str) -> str:
-    """``text`` with every absolute path as evidence records it (gates.evidence.portable_path)."""
+    """``text`` with every absolute path as evidence records it
+    (gates.provenance.evidence.portable_path)."""
     return _ABSOLUTE.sub(lambda m: portable_path(Path(m.group(0)), ROOT), text)
 
 

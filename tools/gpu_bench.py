@@ -42,8 +42,8 @@ from torch import nn
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gates.evidence import git_info, host_info, utc_now  # noqa: E402
-from gates.machine_paths import portable_command  # noqa: E402
+from gates.io.machine_paths import portable_command  # noqa: E402
+from gates.provenance.evidence import git_info, host_info, utc_now  # noqa: E402
 from trainer.config.load import load_config  # noqa: E402
 from trainer.model.config import LlamaConfig, preset  # noqa: E402
 from trainer.model.hf import hf_config_dict  # noqa: E402

@@ -11,7 +11,7 @@ FALSIFY-ARCH-370M-010 asks for "a real checkpoint written by the training loop a
 optimizer steps of the 370M model (CPU, micro_batch 1, seq_len 128)". This tool runs
 exactly that through trainer.train.loop.train - the loop `trainer apply` runs, with its
 checkpointer saving the last step - on seeded random token rows in [0, 50257), then prints
-the checkpoint directory and its sha256 (gates.evidence.sha256_of, the hash the evidence
+the checkpoint directory and its sha256 (gates.provenance.evidence.sha256_of, the hash the evidence
 records). --out is the run's directory (run_manifest.json, metrics.jsonl, checkpoints/);
 nothing is written outside it but the run's line in the run registry, as for every run
 (trainer/store/registry.py). An --out that already holds a run or checkpoints is refused,
@@ -38,7 +38,7 @@ from torch import Tensor
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gates.evidence import sha256_of  # noqa: E402 - needs ROOT on sys.path
+from gates.provenance.evidence import sha256_of  # noqa: E402 - needs ROOT on sys.path
 from trainer.checkpoint.layout import (  # noqa: E402
     LATEST_POINTER,
     STAGING_SUFFIX,

@@ -5,12 +5,12 @@ real run of `trainer apply`, with its config, tokenizer and shards beside it.
     python tools/make_loop_run.py --out runs/gates/loop-run               # or by hand:
     gates check GATE-TRAIN-LOOP-012 --artifact runs/gates/loop-run        # and -013 .. -016
 
-This is the recipe (gates.recipes) LOOP_RUN in tests/measurements/training_loop_checkpoint.py names.
-The directory holds everything a re-measurement needs, so its digest pins the whole
-experiment. Every stage runs in the run directory with paths relative to it, so nothing
-written names the directory; what the clock and the host write (timings, created/ended_at,
-run ids, the run store's runs.db) is left out of the digest by the recipe, so two builds,
-in any two directories of one machine, digest the same:
+This is the recipe (gates.provenance.recipes) LOOP_RUN in
+tests/measurements/training_loop_checkpoint.py names. The directory holds everything a
+re-measurement needs, so its digest pins the whole experiment. Every stage runs in the run
+directory with paths relative to it, so nothing written names the directory; what the clock and the
+host write (timings, created/ended_at, run ids, the run store's runs.db) is left out of the digest
+by the recipe, so two builds, in any two directories of one machine, digest the same:
 
     run.yaml       a tiny Llama, 60 steps, a checkpoint every 20 (all kept), evaluation every 20
     tokenizer/     byte-level BPE, V = 512, trained on a few standard-library packages
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/gates/loop-run"))
     args = parser.parse_args(argv)
-    from gates.evidence import sha256_of  # noqa: PLC0415
+    from gates.provenance.evidence import sha256_of  # noqa: PLC0415
 
     out = make(args.out)
     digest, size = sha256_of(out)

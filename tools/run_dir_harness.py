@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="run-dir-harness-") as tmp:
         result = harness(args.pairings, args.seed, Path(tmp))
     if args.out is not None:
-        from gates.evidence import git_info, host_info, utc_now  # noqa: PLC0415
+        from gates.provenance.evidence import git_info, host_info, utc_now  # noqa: PLC0415
 
         result["captured_at"] = utc_now()
         result["command"] = " ".join(

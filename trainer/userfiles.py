@@ -1,11 +1,11 @@
-"""The trainer's side of the one rule for a user's file (gates/files.py read_regular), and
+"""The trainer's side of the one rule for a user's file (gates/io/files.py read_regular), and
 the checks on a directory the trainer is told to write.
 
     text = read_user_text(path, limit=CONFIG_LIMIT)   # UserFileError naming path and why
     problem = output_dir_problem(Path("runs/new"))     # None, or why it cannot be written
 
 A file the trainer reads because a user named it (a run config, a data manifest, a
-checkpoint's JSON) is read through ``gates.files.read_regular``: only a regular file,
+checkpoint's JSON) is read through ``gates.io.files.read_regular``: only a regular file,
 symlinks followed, at most ``limit`` bytes; a FIFO, a device, a socket, a directory, a
 symlink loop or a dangling symlink is a UserFileError saying which, never a hang, an
 endless read or a traceback. The message is ``PATH: WHAT``, the form every trainer error
@@ -24,7 +24,7 @@ import errno
 import os
 from pathlib import Path
 
-from gates.files import read_regular
+from gates.io.files import read_regular
 
 #: A run config or a data set's manifest.json is a few KB; anything past this is not one.
 CONFIG_LIMIT = 16 * 1024 * 1024

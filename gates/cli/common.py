@@ -9,11 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gates import exit_codes
-from gates.contract import Contract
-from gates.machine_paths import portable_command
-from gates.render import render
-from gates.schema import did_you_mean
-from gates.service import ContractsUnusableError, RefusedError, usable_contracts
+from gates.io.machine_paths import portable_command
+from gates.model.contract import Contract
+from gates.model.schema import did_you_mean
+from gates.pv.render import render
+from gates.refusal import RefusedError
+from gates.service import ContractsUnusableError, usable_contracts
 
 
 class UsageError(Exception):
@@ -124,7 +125,7 @@ def run_guarded(prog: str, fn: Callable[[], int], debug: bool) -> int:
 def recorded_command(prog: str, root: Path) -> list[str]:
     """The command line as evidence records it: the program by name, never the absolute path
     of one machine's executable; paths under the project root relative to it, absolute
-    paths outside it as ``…/<name>`` (gates.machine_paths.portable_command)."""
+    paths outside it as ``…/<name>`` (gates.io.machine_paths.portable_command)."""
     return portable_command(prog, sys.argv[1:], root)
 
 

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from gates import __version__, attestation, evidence, exit_codes, files
+from gates import __version__, exit_codes
 from gates.cli import gates_audit, gates_promotion, gates_report
 from gates.cli.common import (
     UsageError,
@@ -20,8 +20,10 @@ from gates.cli.common import (
     run_guarded,
     valid_contracts,
 )
-from gates.contract import SHIP_STATUSES, Contract, Gate
-from gates.validate import find_root
+from gates.io import files
+from gates.model.contract import SHIP_STATUSES, Contract, Gate
+from gates.provenance import attestation, evidence
+from gates.pv.validate import find_root
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -105,7 +107,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_attest(args: argparse.Namespace) -> int:
-    """The gate's current evidence as an in-toto Statement (gates.attestation)."""
+    """The gate's current evidence as an in-toto Statement (gates.provenance.attestation)."""
     contracts = valid_contracts(args, "gates")
     c, g = gates_promotion.find_gate(contracts, args.gate)
     if not g.evidence:

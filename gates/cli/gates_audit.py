@@ -5,11 +5,11 @@ assertion, under each of its named mutants; a mutant whose seams do not hold is 
                 [--jobs N] [--no-fork] [--no-measurements]
 
 Then each gate's measurement runs under each mutant of its bound tests and must FAIL
-(gates.measurement_audit), unless the contract exempts that mutant with a reason.
+(gates.audit.measurements), unless the contract exempts that mutant with a reason.
 
 Runs go ``--jobs`` at a time (the machine's cores by default), each forked from a warm
-interpreter (gates.forkrun); ``--no-fork`` starts a fresh ``python -m pytest`` per run instead
-(the same rows, slower). The longest runs of the last audit at ``--out`` start first.
+interpreter (gates.runner.forkrun); ``--no-fork`` starts a fresh ``python -m pytest`` per run
+instead (the same rows, slower). The longest runs of the last audit at ``--out`` start first.
 
 Exit 0 when every run is as it must be, 1 otherwise (a survivor, a crash, a broken seam)."""
 
@@ -20,10 +20,12 @@ import os
 import sys
 from pathlib import Path
 
-from gates import exit_codes, forkrun, measurement_audit
-from gates.audit import expected_seconds, render_table, run_audit, write_audit_evidence
+from gates import exit_codes
+from gates.audit import measurements as measurement_audit
+from gates.audit.bound_tests import expected_seconds, render_table, run_audit, write_audit_evidence
 from gates.cli.common import positive_int, recorded_command, require_known, valid_contracts
-from gates.validate import find_root
+from gates.pv.validate import find_root
+from gates.runner import forkrun
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

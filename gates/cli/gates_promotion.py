@@ -10,25 +10,18 @@ import sys
 import time
 from pathlib import Path
 
-from gates import (
-    at_ref,
-    checkrun,
-    evidence,
-    exit_codes,
-    freshness,
-    measure,
-    promotion,
-    service,
-)
-from gates.checks.project_rules import evidence_mismatches
+from gates import exit_codes, measure, promotion, service
 from gates.cli.common import (
     UsageError,
     positive_int,
     recorded_command,
     valid_contracts,
 )
-from gates.contract import Contract, Gate
-from gates.validate import find_root
+from gates.model.contract import Contract, Gate
+from gates.provenance import at_ref, evidence, freshness
+from gates.pv.checks.project_rules import evidence_mismatches
+from gates.pv.validate import find_root
+from gates.runner import checkrun
 
 
 def recover_interrupted(args: argparse.Namespace) -> None:
@@ -120,9 +113,9 @@ def _mutant_verdict(gate_id: str, mutant_id: str, verdict: str) -> int:
 def cmd_check_many(args: argparse.Namespace) -> int:
     """`gates check --ship-blocking` (every ship-blocking gate) or `--all` (every PASS/PARTIAL
     gate): re-measure each in a fresh `gates check` process, ``--jobs`` at a time with timed
-    gates alone (gates.checkrun), writing nothing; fails unless each one's verdict is the
+    gates alone (gates.runner.checkrun), writing nothing; fails unless each one's verdict is the
     status its contract records (PASS; PARTIAL for a PARTIAL gate). A missing artifact is
-    rebuilt from its recipe into the cache (gates.recipes). CI runs it at HEAD."""
+    rebuilt from its recipe into the cache (gates.provenance.recipes). CI runs it at HEAD."""
     flags = [
         f for f, on in (("--ship-blocking", args.ship_blocking), ("--all", args.all),
                         ("--changed-since", args.changed_since)) if on
@@ -230,7 +223,8 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
 
 def _out_of_date(root: Path, contract: Contract, gate: Gate) -> str | None:
-    """Why a PASS/PARTIAL gate's evidence must be re-measured: it is stale (gates.freshness),
+    """Why a PASS/PARTIAL gate's evidence must be re-measured: it is stale
+    (gates.provenance.freshness),
     or it no longer agrees with its contract (EVIDENCE-MISMATCH: a threshold changed, a
     test bound or unbound since); None when neither."""
     why = freshness.gate_staleness(root, gate)
@@ -246,9 +240,9 @@ def _out_of_date(root: Path, contract: Contract, gate: Gate) -> str | None:
 
 def cmd_promote_stale(args: argparse.Namespace) -> int:
     """`gates promote --stale`: re-promote, to its current status, every PASS/PARTIAL gate
-    whose evidence is stale (gates.freshness) or disagrees with its contract, each in a
+    whose evidence is stale (gates.provenance.freshness) or disagrees with its contract, each in a
     fresh `gates promote` process: a module an earlier gate imported in this process would
-    not be opened, so not traced, again (gates.trace)."""
+    not be opened, so not traced, again (gates.provenance.trace)."""
     if args.gate is not None or args.artifact or args.to:
         raise UsageError(
             "--stale re-promotes every stale gate to its status: drop GATE, --artifact and --to"

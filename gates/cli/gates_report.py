@@ -20,10 +20,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from gates import exit_codes, files
+from gates import exit_codes
 from gates.cli.common import valid_contracts
-from gates.report import ReportInputs, count, render
-from gates.report_inputs import DEFAULT_AUDIT, ReportError, gather
+from gates.io import files
+from gates.report.inputs import DEFAULT_AUDIT, ReportError, gather
+from gates.report.page import ReportInputs, count, render
 
 
 def _inputs(args: argparse.Namespace) -> ReportInputs:

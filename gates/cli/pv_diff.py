@@ -1,6 +1,6 @@
 """`pv diff REF` — what a change does to the contracts since REF, checked like an API.
 
-Lists every change (gates.contract_diff) and fails (exit 1) on a weakening — a threshold
+Lists every change (gates.pv.contract_diff) and fails (exit 1) on a weakening — a threshold
 loosened, a gate, invariant, test or mutant removed, ``ship_blocking`` dropped — that the
 contract does not own up to with a raised version and a changelog entry naming it. CI runs
 ``pv diff HEAD~1``; a pull request's job can run ``pv diff origin/main``.
@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gates import at_ref, contract_diff, exit_codes
+from gates import exit_codes
 from gates.cli.common import UsageError
-from gates.validate import find_root
+from gates.provenance import at_ref
+from gates.pv import contract_diff
+from gates.pv.validate import find_root
 
 SUMMARY = "what a change does to the contracts since REF; fails on an unexplained weakening"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gates import scaffold
 from gates.cli.common import UsageError
+from gates.pv import scaffold
 
 SUMMARY = "scaffold contracts/, an example gate and [tool.shipgate] into a project"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gates.rules import RULES
+from gates.model.rules import RULES
 
 SUMMARY = "list the rules pv validate reports"
 

@@ -1,7 +1,7 @@
 """`pv status` — gates by status per contract, and what still blocks a ship.
 
 STALE counts the PASS/PARTIAL gates whose evidence no longer matches the source files it
-records (gates.freshness; `pv validate` reports each as EVIDENCE-STALE): they are counted
+records (gates.provenance.freshness; `pv validate` reports each as EVIDENCE-STALE): they are counted
 under their status too, and a stale ship-blocking gate is not ship-ready.
 """
 
@@ -11,11 +11,12 @@ import argparse
 import json
 from pathlib import Path
 
-from gates import exit_codes, freshness
-from gates.checks import audit_rules
+from gates import exit_codes
 from gates.cli.common import add_contract_arguments, valid_contracts
-from gates.contract import SHIP_STATUSES, Contract
-from gates.validate import find_root
+from gates.model.contract import SHIP_STATUSES, Contract
+from gates.provenance import freshness
+from gates.pv.checks import audit_rules
+from gates.pv.validate import find_root
 
 SUMMARY = "show gates by status; --require-ship-ready fails while a ship-blocking gate is open"
 
@@ -41,13 +42,13 @@ def outstanding(contracts: list[Contract]) -> list[tuple[Contract, str, str]]:
     ]
 
 
-#: gate id → why its evidence is stale (gates.freshness.describe)
+#: gate id → why its evidence is stale (gates.provenance.freshness.describe)
 Staleness = dict[str, str]
 
 
 def staleness(contracts: list[Contract], root: Path | None = None) -> Staleness:
     """Why each stale PASS/PARTIAL gate is stale; fresh gates are absent. A gate is stale on
-    its evidence (gates.freshness) and on the mutation audit of the tests it rests on: an
+    its evidence (gates.provenance.freshness) and on the mutation audit of the tests it rests on: an
     audit row that is stale, missing or not ok (AUDIT-*) no longer proves those tests can
     fail, so the gate is not ship-ready on it."""
     out: Staleness = {}

@@ -7,8 +7,8 @@ import sys
 
 from gates import exit_codes
 from gates.cli.common import add_contract_arguments, default_contracts
-from gates.render import FORMATS, render
-from gates.validate import validate
+from gates.pv.render import FORMATS, render
+from gates.pv.validate import validate
 
 SUMMARY = "validate contracts: schema, semantics, references, bound tests, evidence"
 

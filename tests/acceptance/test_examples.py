@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gates import mutants
-from gates.validate import validate
+from gates.pv.validate import validate
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 #: example → (a bound test, one of its mutants): the positive control

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gates import testrun
 from gates.cli import gates as gates_cli
+from gates.runner import testrun
 from tests.acceptance import widget_project
 
 

@@ -39,8 +39,9 @@ from pathlib import Path
 
 import pytest
 
-from gates import atomic, audit_record, evidence
 from gates.cli import pv as pv_cli
+from gates.io import atomic
+from gates.provenance import audit_record, evidence
 from tests.acceptance import widget_project
 
 GATE = "GATE-WIDGET-001"
@@ -58,7 +59,7 @@ DRIVER = """\
 import os, sys, time
 from pathlib import Path
 
-from gates import files
+from gates.io import files
 from gates.cli import gates
 
 marker, hold = Path(sys.argv[1]), float(sys.argv[2])
@@ -66,7 +67,7 @@ real_write_new = files.write_new
 
 
 def held(path, data, like):
-    # gates.atomic.commit writes each temp file with write_new: after the first, the commit
+    # gates.io.atomic.commit writes each temp file with write_new: after the first, the commit
     # is prepared; say so and hold it there.
     real_write_new(path, data, like)
     if str(path).endswith(files.TEMP_SUFFIX) and not marker.exists():

@@ -44,9 +44,11 @@ from pathlib import Path
 
 import pytest
 
-from gates import atomic, promotion, testrun
+from gates import promotion
 from gates.cli import gates as gates_cli
 from gates.cli import pv as pv_cli
+from gates.io import atomic
+from gates.runner import testrun
 from tests import crash_points
 from tests.acceptance import widget_project
 from tests.crash_points import NEVER

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gates import evidence
+from gates.provenance import evidence
 from tests.acceptance import widget_project
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from gates import trace
+from gates.provenance import trace
 from tests.acceptance import widget_project
 
 GATE = "GATE-WIDGET-001"
@@ -267,7 +267,7 @@ RUN_NODE = """\
 import sys
 from pathlib import Path
 
-from gates import testrun
+from gates.runner import testrun
 
 try:
     run = testrun.run_node(Path.cwd(), "tests/test_widget.py::test_count_lines", sys.argv[1])

@@ -9,7 +9,7 @@ import pytest
 
 from gates import measure, promotion
 from gates.measure import Measurement
-from gates.validate import validate
+from gates.pv.validate import validate
 from tests.acceptance import widget_project
 
 GATE = "GATE-WIDGET-001"

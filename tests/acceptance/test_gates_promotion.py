@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from gates import atomic, evidence, files, promotion
+from gates import promotion
 from gates.cli import gates as gates_cli
-from gates.validate import validate
+from gates.io import atomic, files
+from gates.provenance import evidence
+from gates.pv.validate import validate
 
 TODAY = dt.date(2026, 11, 22)
 EVIDENCE = Path("evidence") / "C-WIDGET" / "GATE-WIDGET-001.json"

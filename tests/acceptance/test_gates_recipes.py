@@ -1,4 +1,5 @@
-"""Reproducible gate artifacts (gates.recipes): `gates check` / `promote` without --artifact
+"""Reproducible gate artifacts (gates.provenance.recipes): `gates check` / `promote` without
+--artifact
 rebuild a gate's artifact from the recipe its measurer declares into a content-addressed
 cache, reuse the cache, and say when a rebuild digests differently from the evidence.
 
@@ -17,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from gates import evidence, freshness, measure, promotion, recipes
-from gates.validate import validate
+from gates import measure, promotion
+from gates.provenance import evidence, freshness, recipes
+from gates.pv.validate import validate
 from tests.acceptance import widget_project
 
 GATE = "GATE-WIDGET-001"
@@ -103,7 +105,8 @@ def test_no_artifact_anywhere_is_built_from_the_recipe_then_reused_from_the_cach
 
 
 def test_gates_checked_side_by_side_share_one_build(project, monkeypatch):
-    """Two `gates check` of gates on one recipe at once (gates.checkrun): the second waits for
+    """Two `gates check` of gates on one recipe at once (gates.runner.checkrun): the second waits
+    for
     the first's build and reads it from the cache instead of building it again."""
     root, _ = project
     monkeypatch.setenv("WIDGET_SLEEP", "1")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gates.cli import gates as gates_cli
-from gates.report import MARKER
+from gates.report.page import MARKER
 from tests.conftest import FIXTURE_PROJECT
 from tests.unit.gates.report_support import PageParser, write_json
 

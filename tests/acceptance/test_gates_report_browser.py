@@ -22,8 +22,8 @@ from urllib.parse import unquote, urlparse
 import pytest
 
 from gates.cli import gates as gates_cli
-from gates.contract import Contract
-from gates.validate import validate
+from gates.model.contract import Contract
+from gates.pv.validate import validate
 from tests.unit.gates.report_support import (
     INJECTION,
     audit_record,

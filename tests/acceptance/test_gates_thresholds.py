@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gates import promotion
-from gates.validate import validate
+from gates.pv.validate import validate
 from tests.acceptance import widget_project
 
 TODAY = dt.date(2026, 11, 22)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gates import contract_diff
+from gates.pv import contract_diff
 from tests.acceptance import widget_project
 
 CONTRACT = Path("contracts") / "widget-v1.yaml"

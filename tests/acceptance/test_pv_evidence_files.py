@@ -22,10 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from gates import audit_record, evidence, promotion, testrun
+from gates import promotion
 from gates.cli import gates as gates_cli
 from gates.cli import pv as pv_cli
-from gates.jsonfile import MAX_DEPTH
+from gates.io.jsonfile import MAX_DEPTH
+from gates.provenance import audit_record, evidence
+from gates.runner import testrun
 from tests.acceptance import widget_project
 
 BROKEN, OTHER = "GATE-WIDGET-001", "GATE-WIDGET-002"

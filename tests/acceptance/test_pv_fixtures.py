@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gates.rules import RULES
-from gates.validate import validate
+from gates.model.rules import RULES
+from gates.pv.validate import validate
 from tests.fixture_cases import (
     FIXTURE_TODAY,
     actual_findings,

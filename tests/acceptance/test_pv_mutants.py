@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gates import source
+from gates.model import source
 from tests import fixture_cases
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gates.validate import validate
+from gates.pv.validate import validate
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.golden.drift", description=__doc__)
     parser.add_argument("--out", type=Path, help="write the result as JSON here")
     args = parser.parse_args(argv)
-    from gates.evidence import git_info, host_info, utc_now  # noqa: PLC0415
+    from gates.provenance.evidence import git_info, host_info, utc_now  # noqa: PLC0415
 
     result = measure()
     result["captured_at"] = utc_now()

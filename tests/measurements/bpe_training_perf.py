@@ -20,7 +20,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 from gates.measure import GateContext, Measurement, measures
-from gates.recipes import Recipe
+from gates.provenance.recipes import Recipe
 
 PARITY_CORPORA = [(30, 2048, 2), (60, 4096, 2), (120, 8192, 1)]  # (stdlib modules, V, f)
 ADVERSARIAL_SEEDS = range(40)
@@ -232,7 +232,7 @@ def _is_corpus_dir(path: Path) -> str | None:
     return None if path.is_dir() else "not a directory of text files"
 
 
-#: How GATE-BPE-TRAIN-PERF-003's corpus is rebuilt (gates.recipes): every byte counts.
+#: How GATE-BPE-TRAIN-PERF-003's corpus is rebuilt (gates.provenance.recipes): every byte counts.
 PYTHON_CORPUS_127MB = Recipe(
     command=("python", "tools/python_corpus.py", "--megabytes", "127", "--out", "{out}"),
     name="python-127mb",

@@ -43,10 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from gates.measure import GateContext, Measurement, measures
-from gates.recipes import Recipe
+from gates.provenance.recipes import Recipe
 from tests.checkpoint_digests import bytes_as_listed
 
-#: How the checkpoint of GATE-ARCH-370M-002/-004/-005 is rebuilt (gates.recipes): the
+#: How the checkpoint of GATE-ARCH-370M-002/-004/-005 is rebuilt (gates.provenance.recipes): the
 #: tool's run directory, of which the step-2 checkpoint is the artifact.
 CHECKPOINT_370M = Recipe(
     command=("python", "tools/make_370m_checkpoint.py", "--out", "{out}"),

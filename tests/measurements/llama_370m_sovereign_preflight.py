@@ -18,9 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gates.audit import portable
-from gates.evidence import sha256_of
+from gates.audit.bound_tests import portable
 from gates.measure import GateContext, Measurement, measures
+from gates.provenance.evidence import sha256_of
 
 # The CLI, with $SHIPGATE_MUTANT applied when set (never in a promotion): how a seeded
 # defect is shown to move this measurement.

@@ -20,7 +20,7 @@ BAD_INPUTS = {
 
 
 def _bad_inputs_mishandled() -> list[str]:
-    from gates.validate import validate  # noqa: PLC0415
+    from gates.pv.validate import validate  # noqa: PLC0415
 
     mishandled = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -28,12 +28,12 @@ import time
 from pathlib import Path
 
 from gates.measure import GateContext, Measurement, measures
-from gates.recipes import Recipe
+from gates.provenance.recipes import Recipe
 from tests.checkpoint_digests import bytes_as_listed
 
 ARTIFACT = "loop run directory (tools/make_loop_run.py)"
-#: How the artifact is rebuilt (gates.recipes). Left out of its digest: what the clock and
-#: the host put in it, not what was trained.
+#: How the artifact is rebuilt (gates.provenance.recipes). Left out of its digest: what the clock
+#: and the host put in it, not what was trained.
 LOOP_RUN = Recipe(
     command=("python", "tools/make_loop_run.py", "--out", "{out}"),
     name="loop-run",

@@ -3,9 +3,9 @@
 Each function receives a pytest.MonkeyPatch and breaks exactly one thing.
 """
 
-from gates import schema, source
-from gates.checks import contract_rules, project_rules
+from gates.model import schema, source
 from gates.mutants import mutant
+from gates.pv.checks import contract_rules, project_rules
 
 
 def _nothing(*args, **kwargs):

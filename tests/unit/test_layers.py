@@ -1,5 +1,6 @@
-"""The trainer's import layering (issue 17): its subpackages form a DAG in the order
-trainer/__init__.py lists, and the gates framework never imports the trainer.
+"""Import layering (issues 17 and 34): the trainer's parts and the gates framework's each
+form a DAG in the order their package's __init__.py lists, and the gates framework never
+imports the trainer.
 
 Imports are read from the source (ast), never by importing: every ``import`` and ``from
 ... import`` anywhere in a module, function bodies included, and, since code can also run
@@ -17,16 +18,20 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+import gates
 import trainer
 
 ROOT = Path(__file__).resolve().parents[2]
-TRAINER = ROOT / "trainer"
 GATES = ROOT / "gates"
+#: The packages whose parts are layered, each by the list in its own docstring.
+LAYERED = {"trainer": trainer, "gates": gates}
 #: ``from trainer.x import y`` / ``import trainer.x`` inside a string (``python -c`` code).
 IMPORT_IN_TEXT = re.compile(
     r"^\s*(?:from\s+([\w.]+)\s+import\s+([\w, ]+)|import\s+([\w.]+))", re.MULTILINE
 )
-#: One line of trainer/__init__.py's layer list: "3. config, checkpoint - what they are".
+#: One line of a package's layer list: "3. config, checkpoint - what they are".
 LAYER_LINE = re.compile(r"^(\d+)\. ([\w, ]+?) - ", re.MULTILINE)
 
 
@@ -88,34 +93,34 @@ def imported_names(path: Path) -> Iterator[tuple[str, int]]:
             yield node.args[0].value, node.lineno
 
 
-def trainer_parts() -> set[str]:
-    """The nodes of the graph: trainer's subpackages and its top-level modules."""
+def package_parts(package: str = "trainer") -> set[str]:
+    """The nodes of the graph: the package's subpackages and its top-level modules."""
     return {
         p.stem if p.is_file() else p.name
-        for p in TRAINER.iterdir()
+        for p in (ROOT / package).iterdir()
         if (p.is_dir() and (p / "__init__.py").is_file())
         or (p.suffix == ".py" and p.name != "__init__.py")
     }
 
 
-def part_of(name: str, parts: set[str]) -> str | None:
+def part_of(name: str, parts: set[str], package: str = "trainer") -> str | None:
     """The node a module name belongs to (trainer.train.loop -> train), or None."""
     pieces = name.split(".")
-    if pieces[0] == "trainer" and len(pieces) > 1 and pieces[1] in parts:
+    if pieces[0] == package and len(pieces) > 1 and pieces[1] in parts:
         return pieces[1]
     return None
 
 
-def import_graph(root: Path = TRAINER) -> dict[str, dict[str, list[str]]]:
+def import_graph(package: str = "trainer") -> dict[str, dict[str, list[str]]]:
     """part -> imported part -> ["trainer/x/y.py:LINE", ...] (edges between parts only)."""
-    parts = trainer_parts()
+    parts = package_parts(package)
     graph: dict[str, dict[str, list[str]]] = {part: {} for part in parts}
-    for path in sorted(root.rglob("*.py")):
-        source = part_of(_module_name(path), parts)
+    for path in sorted((ROOT / package).rglob("*.py")):
+        source = part_of(_module_name(path), parts, package)
         if source is None:
-            continue  # trainer/__init__.py: the package root, __version__ only
+            continue  # the package's __init__.py: its docstring and __version__ only
         for name, line in imported_names(path):
-            target = part_of(name, parts)
+            target = part_of(name, parts, package)
             if target is not None and target != source:
                 where = f"{path.relative_to(ROOT)}:{line}"
                 seen = graph[source].setdefault(target, [])
@@ -147,31 +152,33 @@ def find_cycle(graph: dict[str, dict[str, list[str]]]) -> list[str] | None:
     return None
 
 
-def declared_layers() -> dict[str, int]:
-    """part -> layer number, from trainer/__init__.py's docstring."""
+def declared_layers(package: str = "trainer") -> dict[str, int]:
+    """part -> layer number, from the package's __init__.py docstring."""
     layers = {}
-    for number, names in LAYER_LINE.findall(trainer.__doc__ or ""):
+    for number, names in LAYER_LINE.findall(LAYERED[package].__doc__ or ""):
         for name in names.split(","):
             layers[name.strip()] = int(number)
     return layers
 
 
-def test_the_subpackages_of_the_trainer_import_each_other_without_a_cycle():
-    graph = import_graph()
+@pytest.mark.parametrize("package", sorted(LAYERED))
+def test_the_parts_of_a_package_import_each_other_without_a_cycle(package):
+    graph = import_graph(package)
     cycle = find_cycle(graph)
     if cycle:
         steps = [f"  {a} -> {b}: {', '.join(graph[a][b])}" for a, b in itertools.pairwise(cycle)]
         raise AssertionError("import cycle " + " -> ".join(cycle) + "\n" + "\n".join(steps))
 
 
-def test_every_import_goes_down_the_layers_trainer_init_lists():
-    layers = declared_layers()
-    graph = import_graph()
+@pytest.mark.parametrize("package", sorted(LAYERED))
+def test_every_import_goes_down_the_layers_its_package_init_lists(package):
+    layers = declared_layers(package)
+    graph = import_graph(package)
     assert not set(graph) - set(layers), (
-        f"not in trainer/__init__.py's layer list: {sorted(set(graph) - set(layers))}"
+        f"not in {package}/__init__.py's layer list: {sorted(set(graph) - set(layers))}"
     )
     assert not set(layers) - set(graph), (
-        f"listed in trainer/__init__.py but not in trainer/: {sorted(set(layers) - set(graph))}"
+        f"listed in {package}/__init__.py but not in {package}/: {sorted(set(layers) - set(graph))}"
     )
     upward = [
         f"{a} (layer {layers[a]}) -> {b} (layer {layers[b]}): {', '.join(where)}"

@@ -6,7 +6,7 @@
     export_checkpoint(ckpt, out_dir)            # HF model.safetensors + config.json
 
 One module per job: layout.py (names), durable.py (fsynced JSON in a staging directory;
-fsync, atomic rename and sha256 come from gates/files.py), manifest.py
+fsync, atomic rename and sha256 come from gates/io/files.py), manifest.py
 (what a checkpoint claims), verify.py (whether the bytes agree), optimizer_state.py,
 rng.py, state.py, save.py, load.py, retention.py, export.py, commands.py (CLI).
 Safetensors and JSON only; nothing here pickles (C-TRAINING-LOOP INV-TRAIN-LOOP-012..016).

@@ -2,7 +2,7 @@
 
 The staging directory is published by one rename (trainer/checkpoint/save.py), so a file in
 it needs its bytes on disk, not an atomic replace of its own. Atomic replacement of a single
-file, fsync of files and directories and sha256 of a file: gates/files.py.
+file, fsync of files and directories and sha256 of a file: gates/io/files.py.
 
     pending = write_tensors(path, tensors, {"format": "pt"})  # written; still being hashed
     entry = pending.entry()                           # {"size", "range_bytes", "range_sha256"}

@@ -41,7 +41,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from gates.files import fsync_dir, fsync_file
+from gates.io.files import fsync_dir, fsync_file
 from trainer.checkpoint.durable import write_json
 from trainer.checkpoint.layout import (
     CHECKPOINT_STATE_FILE,

@@ -32,7 +32,7 @@ from safetensors.torch import load as load_bytes
 from safetensors.torch import load_file
 from torch import nn
 
-from gates.files import read_regular
+from gates.io.files import read_regular
 from trainer.checkpoint import optimizer_state, rng
 from trainer.checkpoint import state as state_file
 from trainer.checkpoint.durable import DTYPE_NAMES
@@ -178,7 +178,7 @@ _JSON_LIMIT = 64 * 1024 * 1024
 
 
 def _read_json(path: Path) -> Any:
-    """A checkpoint's JSON file, read under the one rule (gates.files.read_regular: a FIFO
+    """A checkpoint's JSON file, read under the one rule (gates.io.files.read_regular: a FIFO
     or a device in its place is refused, never waited on or read without end)."""
     try:
         data = read_regular(path, _JSON_LIMIT)

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gates.files import CHUNK_BYTES, open_regular, read_regular
+from gates.io.files import CHUNK_BYTES, open_regular, read_regular
 from trainer.checkpoint.layout import (
     FORMAT,
     FORMAT_VERSION,
@@ -125,7 +125,7 @@ def bytes_entry(data: bytes | memoryview) -> dict[str, Any]:
 
 def file_entry(path: Path) -> dict[str, Any]:
     """The manifest entry of the file at ``path``, read from disk. Only a regular file is
-    read (gates.files.open_regular: a FIFO planted in a checkpoint would never end)."""
+    read (gates.io.files.open_regular: a FIFO planted in a checkpoint would never end)."""
     with os.fdopen(open_regular(path), "rb") as fh:
         return _entry_of_chunks(iter(lambda: fh.read(CHUNK_BYTES), b""))
 

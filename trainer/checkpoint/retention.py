@@ -16,7 +16,7 @@ import json
 import shutil
 from pathlib import Path
 
-from gates.files import TEMP_SUFFIX, fsync_dir, read_regular
+from gates.io.files import TEMP_SUFFIX, fsync_dir, read_regular
 from trainer.checkpoint.layout import (
     CHECKPOINT_STATE_FILE,
     LATEST_POINTER,
@@ -62,7 +62,7 @@ def prune(run_dir: Path, keep: int) -> list[Path]:
             shutil.rmtree(leftover)
             removed.append(leftover)
     # A save killed while replacing the `latest` pointer leaves the temp file of that atomic
-    # write (gates/files.py names it .latest.XXXX.tmp); no loader reads it.
+    # write (gates/io/files.py names it .latest.XXXX.tmp); no loader reads it.
     for leftover in run_dir.glob(f".{LATEST_POINTER}.*{TEMP_SUFFIX}"):
         leftover.unlink(missing_ok=True)
         removed.append(leftover)

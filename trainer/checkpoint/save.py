@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from gates.files import atomic_write_text, fsync_dir, fsync_file
+from gates.io.files import atomic_write_text, fsync_dir, fsync_file
 from trainer.checkpoint import optimizer_state, rng
 from trainer.checkpoint.durable import PendingEntry, writable_here, write_json, write_tensors
 from trainer.checkpoint.layout import (

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gates.files import canonical_sha256
+from gates.io.files import canonical_sha256
 from trainer.checkpoint.layout import CheckpointError
 
 

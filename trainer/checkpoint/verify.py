@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
 
-from gates.files import NotRegularFileError, open_regular, read_regular
+from gates.io.files import NotRegularFileError, open_regular, read_regular
 from trainer.checkpoint.layout import (
     CHECKPOINT_STATE_FILE,
     DATA_FILES,
@@ -162,7 +162,7 @@ def _hash_mapped(fd: int, area: mmap.mmap, size: int, digest: Any) -> None:
 
 def _regular_size(path: Path) -> int:
     """The size of the regular file at ``path``; an OSError saying what is there instead
-    (gates.files: a FIFO, a device, a socket, a dangling symlink, a directory)."""
+    (gates.io.files: a FIFO, a device, a socket, a dangling symlink, a directory)."""
     fd = open_regular(path)
     try:
         return os.fstat(fd).st_size

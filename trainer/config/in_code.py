@@ -29,7 +29,7 @@ from trainer.config.sections import (
 )
 from trainer.model.config import LlamaConfig
 
-#: Fields no caller sets: _derived_values derives them from the keys that are.
+#: Fields no caller sets: sections.derived_values derives them from the keys that are.
 _DERIVED = frozenset({"optimizer.min_lr_given"})
 
 

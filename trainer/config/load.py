@@ -6,7 +6,7 @@ frozen dataclasses, or report every problem with its file, line, column and fiel
     cfg.training.max_steps     # omitted keys take the section dataclass's default
     cfg.line_of("training.epochs")                         # 1-based YAML line, or None
 
-Checks, all reported together, never as a traceback: the YAML itself (gates/source.py:
+Checks, all reported together, never as a traceback: the YAML itself (gates/model/source.py:
 binary, tabs, duplicate keys, aliases, syntax), the JSON Schema in schema.json (unknown
 keys with a did-you-mean, types, ranges, enums, required keys; integers must be written
 as integers, numbers must be finite), then the architecture (LlamaConfig.problems(),
@@ -36,8 +36,8 @@ from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from gates.jsonpath import json_path
-from gates.source import SourceError, UnreadablePathError, YamlSource, read_yaml
+from gates.io.jsonpath import json_path
+from gates.model.source import SourceError, UnreadablePathError, YamlSource, read_yaml
 from trainer.config.messages import (
     ConfigError,
     ConfigFinding,
@@ -47,11 +47,8 @@ from trainer.config.messages import (
 )
 from trainer.config.sections import (
     ARCH_FIELDS,
-    DataConfig,
-    MonitoringConfig,
-    OptimizerConfig,
+    SECTIONS,
     RunConfig,
-    TrainingConfig,
     derived_values,
     section_of,
 )
@@ -149,7 +146,7 @@ class _UnreadableConfigError(Exception):
 
 
 def _read(path: Path) -> YamlSource:
-    """gates/source.py's reader (every YAML guard), with config wording for bad paths."""
+    """gates/model/source.py's reader (every YAML guard), with config wording for bad paths."""
     if path.is_dir():
         raise _UnreadableConfigError("is a directory, not a config file", "name the .yaml file")
     if not path.exists():
@@ -231,18 +228,16 @@ def load_config(path: Path | str) -> RunConfig:
 
 def _build(src: YamlSource, model_cfg: LlamaConfig) -> RunConfig:
     d = src.data
-    opt = d["optimizer"]
-    monitoring = d.get("monitoring") or {}
+    # Every section from its own table (monitoring may be absent), one loop for all of them.
+    given = {name: d.get(name) or {} for name in SECTIONS}
     return RunConfig(
         path=src.path,
         name=d.get("name"),
         model=model_cfg,
         model_preset=d["model"].get("preset"),
-        data=section_of(DataConfig, d["data"]),
-        optimizer=section_of(OptimizerConfig, opt, **derived_values("optimizer", opt)),
-        training=section_of(TrainingConfig, d["training"]),
-        monitoring=section_of(
-            MonitoringConfig, monitoring, **derived_values("monitoring", monitoring)
-        ),
+        **{
+            name: section_of(cls, given[name], **derived_values(name, given[name]))
+            for name, cls in SECTIONS.items()
+        },
         positions=_positions(src.tree),
     )

@@ -19,8 +19,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator, validators
 
-from gates.jsonpath import json_path
-from gates.source import YamlSource
+from gates.io.jsonpath import json_path
+from gates.model.source import YamlSource
 from trainer.config.alerts import AlertSyntaxError, parse_when
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")

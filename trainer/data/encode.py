@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gates.files import fsync_dir, sha256_file
+from gates.io.files import fsync_dir, sha256_file
 from trainer.data.manifest import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gates.files import read_regular, sha256_file
+from gates.io.files import read_regular, sha256_file
 from trainer.data.shards import ShardError, dtype_for_vocab, read_shard
 
 MANIFEST_NAME = "manifest.json"

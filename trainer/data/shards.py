@@ -15,7 +15,7 @@ The dtype follows from vocab_size alone (uint16 while every id fits), so a reade
 tell a flipped dtype code from a real one. Unlike a bare ``.bin`` of ids, a truncated
 copy, trailing garbage or a shard written for another vocabulary is caught on read.
 
-    write_shard(path, tokens, vocab_size)   # atomic: gates/files.py replacing()
+    write_shard(path, tokens, vocab_size)   # atomic: gates/io/files.py replacing()
     tokens = read_shard(path, expected_vocab_size=..., expected_dtype=...)
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gates.files import replacing
+from gates.io.files import replacing
 
 MAGIC = b"SGTOKENS"
 FORMAT_VERSION = 1

@@ -23,7 +23,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from gates.files import replacing
+from gates.io.files import replacing
 from trainer.model.config import INIT_STD, LlamaConfig
 from trainer.model.llama import Llama
 from trainer.model.params import parameter_shapes

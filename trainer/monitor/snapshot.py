@@ -17,7 +17,7 @@ one run while it trains):
   so for a moment it names the checkpoint before.
 - ``run_manifest.json``'s mtime: when this launch started (it is written before step 1).
 
-Every file is opened under the one read rule (gates/files.py open_regular): a FIFO, a
+Every file is opened under the one read rule (gates/io/files.py open_regular): a FIFO, a
 device or a socket in a file's place is a RunDirError saying which, never a read that
 waits for a writer that never comes.
 
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from gates.files import NotRegularFileError, open_regular
+from gates.io.files import NotRegularFileError, open_regular
 from trainer.checkpoint.layout import MANIFEST_FILE, checkpoint_dirs, step_of
 from trainer.runfiles.metrics_file import MetricsFileError, parse_line
 from trainer.runfiles.names import (

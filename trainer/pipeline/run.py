@@ -8,7 +8,7 @@ Every stage calls, in this process, the library functions behind the project's o
 commands - trainer tokenizer train (train_tokenizer), trainer data encode (corpus_files,
 encode_corpus), trainer apply (apply_config), trainer export (export_checkpoint), trainer
 plot (write_plots), gates check (gates.promotion.check) and gates report
-(gates.report_inputs.gather, gates.report.render) - so what the pipeline does is exactly
+(gates.report.inputs.gather, gates.report.page.render) - so what the pipeline does is exactly
 what a user can do by hand. A stage that fails ends the pipeline with PipelineError: the
 cause, and the status `trainer pipeline` exits with (trainer/exit_codes.py: a training
 run that aborted, that a stop alert ended, or whose final checkpoint could not be written
@@ -53,8 +53,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gates.contract import Contract
-from gates.files import atomic_write_bytes, atomic_write_text, fsync_dir, sha256_file
+from gates.io.files import atomic_write_bytes, atomic_write_text, fsync_dir, sha256_file
+from gates.model.contract import Contract
 from trainer import exit_codes
 from trainer.pipeline.state import (
     PipelineError,
@@ -584,8 +584,8 @@ class Pipeline:
             if not contracts:
                 info["note"] = f"skipped (no {self.options.contracts}/)"
                 return
-            from gates.report import render  # noqa: PLC0415
-            from gates.report_inputs import ReportError, gather  # noqa: PLC0415
+            from gates.report.inputs import ReportError, gather  # noqa: PLC0415
+            from gates.report.page import render  # noqa: PLC0415
 
             target = self.paths.report
             plots = [self.out / p for p in state.output("plots", "files") if p.endswith(".svg")]
@@ -628,7 +628,7 @@ def _valid_contracts(paths: list[Path], stage: str, show: Callable[[str], None])
     report --files` validate them (gates.service); an unreadable or invalid one fails the
     stage (the validation errors to ``show``)."""
     from gates import service  # noqa: PLC0415
-    from gates.render import render  # noqa: PLC0415
+    from gates.pv.render import render  # noqa: PLC0415
 
     try:
         return service.usable_contracts(paths).contracts

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gates.files import canonical_sha256, sha256_file
+from gates.io.files import canonical_sha256, sha256_file
 from trainer import exit_codes
 from trainer.runfiles.json_file import atomic_write_json
 from trainer.runfiles.names import PipelineDir

@@ -87,7 +87,7 @@ def _store(run_dir: Path) -> dict:
 def _gate_rows(contracts_dir: Path, checks: dict) -> list[dict]:
     """Every gate of every contract: status, threshold, the evidence's measured value, and
     this run's re-measurement where the gate stage made one."""
-    from gates.validate import find_root, validate  # noqa: PLC0415
+    from gates.pv.validate import find_root, validate  # noqa: PLC0415
 
     files = sorted(contracts_dir.glob("*.yaml"))
     if not files:

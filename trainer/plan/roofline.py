@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gates.files import atomic_write_bytes, read_regular
+from gates.io.files import atomic_write_bytes, read_regular
 
 #: Overrides the cache directory (tests, read-only homes).
 CACHE_ENV = "SHIPGATE_CACHE_DIR"

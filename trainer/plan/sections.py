@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gates.files import sha256_file
+from gates.io.files import sha256_file
 from trainer.config.algebra import AlgebraReport, RuleResult, evaluate
 from trainer.config.device import device_findings
 from trainer.config.load import load_config

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gates.files import atomic_write_bytes
+from gates.io.files import atomic_write_bytes
 from trainer.plot import figure
 from trainer.plot.runs import RunDirError, load_run, run_labels
 

@@ -2,7 +2,7 @@
 
     atomic_write_json(path, {"max_steps": 100, "last": record})
 
-gates/files.py's atomic write: a temp file beside ``path``, fsynced, renamed over it, the
+gates/io/files.py's atomic write: a temp file beside ``path``, fsynced, renamed over it, the
 directory fsynced; a reader sees the old file or the new one, never a part, and a crash
 or power loss leaves one of the two. Indented, a newline at the end; NaN and infinity are
 refused (JSON has none: metrics_file.json_record spells them as strings first).
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gates.files import atomic_write_text
+from gates.io.files import atomic_write_text
 
 
 def atomic_write_json(path: Path, data: dict) -> None:

@@ -13,7 +13,7 @@
 - JSON has no NaN or infinity: ``json_record`` writes them as the strings "nan", "inf",
   "-inf" rather than lie or crash (the store reads them back as numbers).
 - Only a regular file is read or appended to (``read_run_file``, the rule of
-  gates/files.py read_regular): a FIFO, a device or a socket in its place is a
+  gates/io/files.py read_regular): a FIFO, a device or a socket in its place is a
   MetricsFileError saying which, never an open that waits for a reader or a writer that
   never comes (a FIFO blocked `trainer apply --resume` past SIGTERM), nor an endless read.
 
@@ -31,7 +31,7 @@ import stat
 from pathlib import Path
 from typing import TextIO
 
-from gates.files import FileTooLargeError, NotRegularFileError, atomic_write_bytes, read_regular
+from gates.io.files import FileTooLargeError, NotRegularFileError, atomic_write_bytes, read_regular
 
 
 class MetricsFileError(ValueError):
@@ -46,7 +46,7 @@ METRICS_LIMIT = 1 << 40
 
 
 def read_run_file(path: Path, limit: int = METRICS_LIMIT) -> bytes:
-    """The bytes of a run's file ``path``, read under the one rule (gates.files.read_regular:
+    """The bytes of a run's file ``path``, read under the one rule (gates.io.files.read_regular:
     a regular file, symlinks followed, at most ``limit`` bytes): MetricsFileError naming
     ``path`` and what is there instead (a FIFO, a device, a socket, a directory, a
     dangling symlink); any other OSError (none there, a permission) propagates."""

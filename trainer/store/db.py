@@ -28,7 +28,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from gates.files import NotRegularFileError, open_regular
+from gates.io.files import NotRegularFileError, open_regular
 from trainer.store.locks import write_lock_holders
 from trainer.store.schema import Schema
 

@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from gates.files import canonical_sha256, read_regular
+from gates.io.files import canonical_sha256, read_regular
 
 RUN_ID_KEY = "run_id"
 STARTED_KEY = "run_started"

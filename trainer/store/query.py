@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gates.files import read_regular
+from gates.io.files import read_regular
 from trainer.runfiles.names import RUNS_DB_FILE, TRAINING_STATE_FILE
 from trainer.store import db, registry
 from trainer.store.rundir import JSON_LIMIT, RunDirError, check_run_dir

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gates.files import canonical_sha256, read_regular, sha256_file
+from gates.io.files import canonical_sha256, read_regular, sha256_file
 from trainer.checkpoint.layout import (
     MANIFEST_FILE,
     CheckpointError,
@@ -110,7 +110,7 @@ JSON_LIMIT = 16 * 1024 * 1024
 
 
 def _read_json(path: Path) -> Any:
-    """A run's JSON file, read under the one rule (gates.files.read_regular): a FIFO or a
+    """A run's JSON file, read under the one rule (gates.io.files.read_regular): a FIFO or a
     device in its place is a RunDirError saying which, never a read that waits or never
     ends."""
     try:

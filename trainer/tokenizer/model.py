@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gates.files import fsync_dir, write_temp
+from gates.io.files import fsync_dir, write_temp
 from trainer.tokenizer.bpe import BpeModel
 from trainer.tokenizer.pretokenize import CHAR_TO_BYTE, _pattern, to_mapped
 

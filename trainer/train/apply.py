@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gates.files import fsync_dir
+from gates.io.files import fsync_dir
 from trainer.checkpoint.layout import CheckpointError, checkpoint_dirs
 from trainer.config.algebra import evaluate
 from trainer.config.device import run_device

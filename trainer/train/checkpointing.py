@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gates.files import atomic_write_text, fsync_dir, read_regular, sha256_file
+from gates.io.files import atomic_write_text, fsync_dir, read_regular, sha256_file
 from trainer.checkpoint import load
 from trainer.checkpoint.layout import LATEST_POINTER, CheckpointError, step_of
 from trainer.checkpoint.retention import prune

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gates.files import sha256_file
+from gates.io.files import sha256_file
 from trainer import __version__
 from trainer.config.sections import RunConfig
 from trainer.runfiles.json_file import atomic_write_json

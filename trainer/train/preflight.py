@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gates.files import read_regular, sha256_file
+from gates.io.files import read_regular, sha256_file
 from trainer.checkpoint.layout import MANIFEST_FILE
 from trainer.config.sections import RunConfig
 from trainer.data.manifest import Manifest

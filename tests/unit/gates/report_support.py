@@ -14,7 +14,7 @@ from pathlib import Path
 from ruamel.yaml import YAML
 
 from gates.cli import pv
-from gates.contract import SHIP_STATUSES, Contract
+from gates.model.contract import SHIP_STATUSES, Contract
 
 #: Markup a contract may carry; the page must show it as text and never run it.
 INJECTION = (
@@ -39,7 +39,7 @@ def pv_status_counts(files: list[Path], root: Path) -> dict[str, str]:
 
 def counts_from_status(status: dict) -> dict[str, str]:
     """The header numbers, summed from what `pv status --format json` prints, independently
-    of gates.report.count. Ship-ready: no ship-blocking gate outstanding, which is what
+    of gates.report.page.count. Ship-ready: no ship-blocking gate outstanding, which is what
     `pv status --require-ship-ready` exits 0 on."""
     gates = [g for c in status["contracts"] for g in c["gates"]]
     blocking = sum(g["ship_blocking"] for g in gates)

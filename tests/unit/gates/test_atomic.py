@@ -1,4 +1,4 @@
-"""gates/atomic.py: the commit journal names paths relative to the project root, so a commit
+"""gates/io/atomic.py: the commit journal names paths relative to the project root, so a commit
 made from one working directory is recovered from any other, into the project and nowhere
 else; a journal gates cannot trust is refused, never guessed at.
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gates import atomic
+from gates.io import atomic
 
 
 class Killed(BaseException):
@@ -341,7 +341,7 @@ def test_a_commit_outside_the_project_is_refused_before_anything_is_written(chec
 
 
 def test_a_journal_nested_200000_deep_is_refused_naming_it(checkout: Path):
-    """Parsed by gates.jsonfile: a RecursionError would be an internal error naming nothing."""
+    """Parsed by gates.io.jsonfile: a RecursionError would be an internal error naming nothing."""
     (checkout / atomic.JOURNAL_NAME).write_bytes(b"[" * 200_000)
     before = _everything(checkout.parent)
     message = _refusal(checkout)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gates import attestation
+from gates.provenance import attestation
 
 SHA = re.compile(r"^[0-9a-f]{64}$")
 EVIDENCE = {

@@ -1,4 +1,5 @@
-"""gates.audit: a mutant is killed only by an assertion of its bound test, and a mutant whose
+"""gates.audit.bound_tests: a mutant is killed only by an assertion of its bound test, and a mutant
+whose
 seams do not hold is reported seam-broken and never run (issue 18 item 5, issue 19).
 
 One throwaway project (a shop module, three bound tests, nine mutants) is audited once for
@@ -18,8 +19,8 @@ from unittest import mock
 
 import pytest
 
-from gates import testrun
 from gates.cli import gates as gates_cli
+from gates.runner import testrun
 from tools import compare_audits
 
 SHOP = """\
@@ -269,7 +270,7 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Audited:
 def test_the_forked_parallel_audit_says_what_fresh_processes_one_at_a_time_say(
     audited, tmp_path_factory
 ):
-    """Same rows, failures, seam checks and sources (gates.forkrun); only seconds differ."""
+    """Same rows, failures, seam checks and sources (gates.runner.forkrun); only seconds differ."""
     fresh = _audit(tmp_path_factory, "--no-fork", "--jobs", "1")
     assert fresh.status == audited.status
     assert compare_audits.differences(fresh.record, audited.record) == []

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gates import audit
+from gates.audit import bound_tests as audit
 from gates.cli import pv_status
-from gates.files import sha256_file
-from gates.validate import validate
+from gates.io.files import sha256_file
+from gates.pv.validate import validate
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "pv_project"
 CONTRACT = Path("contracts") / "invalid" / "audit-not-ok" / "audited-v1.yaml"

@@ -1,4 +1,4 @@
-"""gates.checkrun: gates re-measured side by side, a timed gate alone, verdicts in the order
+"""gates.runner.checkrun: gates re-measured side by side, a timed gate alone, verdicts in the order
 given, each gate's output whole. The "gate" here is a small python child that records when
 it ran and writes its verdict where `gates check --out` would."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gates import checkrun
+from gates.runner import checkrun
 
 CHILD = textwrap.dedent("""\
     import json, os, sys, time
@@ -132,7 +132,7 @@ def test_this_projects_gates_that_time_the_machine_run_alone():
     """GATE-BPE-TRAIN-PERF-003 (wall and RSS against HF) and -005 (wall against the
     reference) are ratios of timings side by side: another gate beside them skews both."""
     from gates import measure  # noqa: PLC0415 - imports the project's measurement modules
-    from gates.validate import find_root  # noqa: PLC0415
+    from gates.pv.validate import find_root  # noqa: PLC0415
 
     root = find_root(Path(__file__))
     measure.lookup("GATE-BPE-TRAIN-PERF-003", root)

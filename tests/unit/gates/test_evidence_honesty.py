@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gates.checks import project_rules
-from gates.files import sha256_file
-from gates.git_history import CommitIndex
-from gates.validate import validate
+from gates.io.files import sha256_file
+from gates.provenance.git_history import CommitIndex
+from gates.pv.checks import project_rules
+from gates.pv.validate import validate
 from tests.fixture_cases import FIXTURE_TODAY
 
 ROOT = Path(__file__).resolve().parents[2] / "fixtures" / "pv_project"

@@ -8,14 +8,14 @@ import argparse
 import json
 from pathlib import Path
 
-from gates.evidence import portable_path
-from gates.machine_paths import find_absolute
+from gates.io.machine_paths import find_absolute
+from gates.provenance.evidence import portable_path
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_a_project_file_is_relative_to_the_root():
-    assert portable_path(ROOT / "gates" / "evidence.py", ROOT) == "gates/evidence.py"
+    assert portable_path(ROOT / "gates" / "provenance" / "evidence.py", ROOT) == "gates/provenance/evidence.py"
 
 
 def test_a_standard_library_file_is_named_from_the_standard_library():

@@ -1,4 +1,4 @@
-"""gates/files.py: an atomic write leaves the old bytes or the new ones and no temp file, is
+"""gates/io/files.py: an atomic write leaves the old bytes or the new ones and no temp file, is
 durable (the temp file fsynced before the rename, the directory after it), never collides
 with another writer's temp file, and sha256_file equals hashlib's digest of the whole file.
 read_regular reads only regular files, at most its limit plus one byte, and names anything
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gates import files
+from gates.io import files
 
 
 def _leftovers(directory: Path) -> list[str]:

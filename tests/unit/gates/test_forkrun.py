@@ -1,4 +1,5 @@
-"""gates.forkrun: a run forked from a warm interpreter is the fresh ``python -m pytest`` run the
+"""gates.runner.forkrun: a run forked from a warm interpreter is the fresh ``python -m pytest`` run
+the
 audit's slow path starts — same environment, directory, exit status, exit handlers and traced
 sources — and a run that hangs or loses its interpreter ends without a verdict.
 
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from gates import forkrun, testrun, trace
+from gates.provenance import trace
+from gates.runner import forkrun, testrun
 
 pytestmark = pytest.mark.skipif(not forkrun.AVAILABLE, reason="os.fork is Unix only")
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gates import git_history
-from gates.git_history import CommitIndex
+from gates.provenance import git_history
+from gates.provenance.git_history import CommitIndex
 
 NEVER = "0123456789abcdef0123456789abcdef01234567"
 

@@ -1,4 +1,4 @@
-"""gates/jsonfile.py, the one reader of JSON a checkout supplies (issue 31): every failure to
+"""gates/io/jsonfile.py, the one reader of JSON a checkout supplies (issue 31): every failure to
 read a file is a JsonFileError naming it, at the line and column where there is one; nesting
 past MAX_DEPTH is refused before json.loads can recurse into a RecursionError; and what is
 not wrong still parses (the limit itself, brackets inside strings, a sparse file under the
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gates import jsonfile
-from gates.jsonfile import MAX_DEPTH, JsonFileError
+from gates.io import jsonfile
+from gates.io.jsonfile import MAX_DEPTH, JsonFileError
 
 LIMIT = 1024 * 1024
 

@@ -1,4 +1,4 @@
-"""gates/jsonpath.py renders document paths the way findings, schema messages and the
+"""gates/io/jsonpath.py renders document paths the way findings, schema messages and the
 trainer's config findings show them.
 
 Run: .venv/bin/pytest tests/unit/gates/test_jsonpath.py
@@ -8,7 +8,7 @@ from collections import deque
 
 import pytest
 
-from gates.jsonpath import json_path
+from gates.io.jsonpath import json_path
 
 
 @pytest.mark.parametrize(

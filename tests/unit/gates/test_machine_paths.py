@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gates.machine_paths import absolute_paths, find_absolute, portable_command
+from gates.io.machine_paths import absolute_paths, find_absolute, portable_command
 
 ABSOLUTE = [
     ("/work/main/.venv/bin/gates", "/work/main/.venv/bin/gates"),

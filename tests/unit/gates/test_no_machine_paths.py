@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gates.jsonpath import json_path
-from gates.machine_paths import absolute_paths, find_absolute
+from gates.io.jsonpath import json_path
+from gates.io.machine_paths import absolute_paths, find_absolute
 
 ROOT = Path(__file__).resolve().parents[3]
 

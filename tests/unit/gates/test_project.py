@@ -1,4 +1,4 @@
-"""gates.project: a project's [tool.shipgate] table says where its mutants and measurements
+"""gates.model.project: a project's [tool.shipgate] table says where its mutants and measurements
 live; the framework discovers both the same way and holds none of its own."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gates import measure, mutants, project
+from gates import measure, mutants
+from gates.model import project
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -142,7 +143,7 @@ def test_another_projects_package_of_the_same_name_is_refused_not_mixed_up(
 
 
 def test_the_packages_a_project_names_are_recorded_beside_the_frameworks(tmp_path: Path):
-    from gates import evidence  # noqa: PLC0415
+    from gates.provenance import evidence  # noqa: PLC0415
 
     (tmp_path / "pyproject.toml").write_text("[tool.shipgate]\npackages = ['pytest', 'nope-x']\n")
     config = project.load_config(tmp_path)

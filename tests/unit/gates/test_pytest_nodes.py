@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gates.pytest_nodes import NodeIndex
+from gates.pv.pytest_nodes import NodeIndex
 
 PROJECT = Path(__file__).resolve().parents[2] / "fixtures" / "pv_project"
 

@@ -1,4 +1,4 @@
-"""gates.report.render and its inputs: the counts are pv status's, every text is escaped, the
+"""gates.report.page.render and its inputs: the counts are pv status's, every text is escaped, the
 bytes depend only on the inputs, and the audit, evidence and plots show what their files say."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gates.contract import Contract
-from gates.report import Audit, AuditEntry, Plot, ReportInputs, count, number, render
-from gates.report_inputs import ReportError, load_audit, load_evidence, load_plot
-from gates.validate import validate
+from gates.model.contract import Contract
+from gates.pv.validate import validate
+from gates.report.inputs import ReportError, load_audit, load_evidence, load_plot
+from gates.report.page import Audit, AuditEntry, Plot, ReportInputs, count, number, render
 from tests.conftest import FIXTURE_PROJECT, ROOT
 from tests.unit.gates.report_support import (
     INJECTION,

@@ -1,4 +1,4 @@
-"""gates.seams: a mutant's seam holds when the attribute exists and its replacement accepts
+"""gates.audit.seams: a mutant's seam holds when the attribute exists and its replacement accepts
 every call of the original; checked in process here, on throwaway modules and classes (the
 audit's end-to-end use is in test_audit.py)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gates import seams
+from gates.audit import seams
 
 
 def sig(fn) -> inspect.Signature:

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gates import semver
+from gates.model import semver
 
 
 @pytest.mark.parametrize("text", ["1.0", "v1.0.0", "1.0.0.0", "01.0.0", "1.0.0-", "", "1.0.0 "])

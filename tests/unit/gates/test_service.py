@@ -13,7 +13,13 @@ import pytest
 from gates import promotion, service
 
 GATE = "GATE-WIDGET-001"
-MEASURING = ("gates.promotion", "gates.measure", "gates.recipes", "gates.trace", "gates.testrun")
+MEASURING = (
+    "gates.promotion",
+    "gates.measure",
+    "gates.provenance.recipes",
+    "gates.provenance.trace",
+    "gates.runner.testrun",
+)
 
 
 def lines(root: Path, count: int) -> Path:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gates.source import SourceError, read_yaml
+from gates.model.source import SourceError, read_yaml
 
 
 def test_locate_points_at_keys_items_and_missing_keys(tmp_path: Path):

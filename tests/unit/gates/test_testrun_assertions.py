@@ -1,11 +1,11 @@
-"""gates.testrun.is_assertion: which failures are the test's own check firing (a mutant
+"""gates.runner.testrun.is_assertion: which failures are the test's own check firing (a mutant
 killed) and which are crashes, including a crash a helper turned into ``pytest.fail``."""
 
 from __future__ import annotations
 
 import pytest
 
-from gates import testrun
+from gates.runner import testrun
 
 
 class WrappedError(RuntimeError):

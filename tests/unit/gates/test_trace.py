@@ -1,4 +1,5 @@
-"""gates.trace (what a measurement read) and gates.freshness (is evidence still about it)."""
+"""gates.provenance.trace (what a measurement read) and gates.provenance.freshness (is evidence
+still about it)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gates import freshness, trace
+from gates.provenance import freshness, trace
 
 
 def git(root: Path, *args: str) -> None:

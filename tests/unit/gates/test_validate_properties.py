@@ -24,7 +24,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from gates.validate import validate
+from gates.pv.validate import validate
 
 TODAY = dt.date(2026, 11, 22)
 Path_ = tuple

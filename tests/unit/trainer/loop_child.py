@@ -2,7 +2,7 @@
 
     python -m tests.unit.trainer.loop_child OUT.json
 
-Applies $SHIPGATE_MUTANT exactly as the pytest plugin (gates/pytest_plugin.py) does, so
+Applies $SHIPGATE_MUTANT exactly as the pytest plugin (gates/runner/pytest_plugin.py) does, so
 a mutant under audit reaches both runs; then trains 30 steps of a tiny model (seed 1234,
 an epoch boundary at step 16) and writes the losses and gradient norms as exact hex
 floats and the sha256 of the final weights serialized as safetensors.

@@ -1,0 +1,120 @@
+"""Re-measure many gates, each in a fresh ``gates check`` process, several at a time.
+
+``gates check --ship-blocking`` runs every ship-blocking gate this way (CI, at HEAD):
+
+- a **timed** gate (its measurement compares this machine's wall time or memory side by
+  side, ``@measures(..., timed=True)``) runs alone: nothing else holds a core while it times;
+  the timed gates go first, one after the other, on a quiet machine;
+- every other gate runs ``jobs`` at a time, gates that build an artifact first (they take
+  longest); two gates on one recipe share its build (gates.provenance.recipes locks a build, so the
+  second finds the first's in the cache);
+- a gate's output is held and printed whole when it ends, so runs side by side do not
+  interleave their lines; the verdicts come back in the order the gates were given.
+
+OpenMP threads of runs side by side sleep instead of spinning while they wait
+(``OMP_WAIT_POLICY=PASSIVE`` where the caller set no policy): two torch processes on two
+cores otherwise spin against each other for seconds per step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from gates.runner import forkrun
+
+
+@dataclass(frozen=True)
+class Job:
+    gate_id: str
+    contract_path: Path
+    #: Runs alone (it times the machine).
+    timed: bool = False
+    #: Builds or reads an artifact (a recipe): started before the gates that do not.
+    builds: bool = False
+
+
+@dataclass(frozen=True)
+class Outcome:
+    gate_id: str
+    #: The evidence's verdict, or "refused (exit N)" when the run wrote none.
+    verdict: str
+    seconds: float
+    output: str
+
+
+def order(jobs: Sequence[Job]) -> tuple[list[Job], list[Job]]:
+    """(the timed jobs, in the order given; the others, builders first, else as given)."""
+    timed = [j for j in jobs if j.timed]
+    rest = [j for j in jobs if not j.timed]
+    return timed, sorted(rest, key=lambda j: not j.builds)
+
+
+def run_all(
+    jobs: Sequence[Job],
+    command: Callable[[Job, Path], list[str]],
+    *,
+    parallel: int,
+    report: Callable[[Outcome], None],
+    env: dict[str, str] | None = None,
+) -> list[Outcome]:
+    """Run ``command(job, evidence_path)`` for every job (see the module docstring); each
+    outcome goes to ``report`` as it ends. Returns the outcomes in the order of ``jobs``."""
+    if parallel < 1:
+        raise ValueError(f"parallel must be at least 1, got {parallel}")
+    base = dict(os.environ if env is None else env)
+    side_by_side = dict(base)
+    side_by_side.setdefault(forkrun.OMP_WAIT, "PASSIVE")
+    timed, rest = order(jobs)
+    done: dict[str, Outcome] = {}
+    lock = threading.Lock()
+    with tempfile.TemporaryDirectory(prefix="shipgate-check-") as tmp:
+
+        def run(job: Job, run_env: dict[str, str]) -> None:
+            out = Path(tmp) / f"{job.gate_id}.json"
+            outcome = _run_one(job, command(job, out), out, run_env)
+            with lock:  # one report at a time: a gate's output stays in one piece
+                done[job.gate_id] = outcome
+                report(outcome)
+
+        for job in timed:
+            run(job, base)
+        with ThreadPoolExecutor(max_workers=parallel) as pool:
+            for future in [pool.submit(run, job, side_by_side) for job in rest]:
+                future.result()
+    return [done[job.gate_id] for job in jobs]
+
+
+def _run_one(job: Job, argv: list[str], evidence: Path, env: dict[str, str]) -> Outcome:
+    started = time.perf_counter()
+    proc = subprocess.run(
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # one stream, in the order it was written
+        text=True,
+        errors="replace",
+        check=False,
+    )
+    seconds = time.perf_counter() - started
+    verdict = f"refused (exit {proc.returncode})"
+    if evidence.is_file():  # written whatever the verdict; absent when refused
+        verdict = json.loads(evidence.read_text(encoding="utf-8"))["verdict"]
+    return Outcome(job.gate_id, verdict, seconds, proc.stdout)
+
+
+def gates_check_argv(job: Job, out: Path, root: Path | None) -> list[str]:
+    """``python -m gates.cli.gates check GATE --out OUT --files CONTRACT [--root ROOT]``."""
+    argv = [sys.executable, "-m", "gates.cli.gates", "check", job.gate_id, "--out", str(out)]
+    argv += ["--files", str(job.contract_path)]
+    return argv + (["--root", str(root)] if root else [])

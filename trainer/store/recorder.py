@@ -52,6 +52,7 @@ from trainer.store.rundir import (
     run_columns,
 )
 from trainer.store.schema import STORE
+from trainer.userfiles import display
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ class RunRecorder:
             self.registry_failure = (
                 f"WARNING: this run was not registered in {registry.registry_path()}: "
                 f"{exc}. Training continues; register it afterwards with "
-                f"`trainer runs sync {self.run_dir}`"
+                f"`trainer runs sync {display(self.run_dir)}`"  # never a lone surrogate
             )
             log.warning("%s", self.registry_failure)
 

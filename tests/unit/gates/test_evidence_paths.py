@@ -15,7 +15,10 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_a_project_file_is_relative_to_the_root():
-    assert portable_path(ROOT / "gates" / "provenance" / "evidence.py", ROOT) == "gates/provenance/evidence.py"
+    assert (
+        portable_path(ROOT / "gates" / "provenance" / "evidence.py", ROOT)
+        == "gates/provenance/evidence.py"
+    )
 
 
 def test_a_standard_library_file_is_named_from_the_standard_library():

@@ -43,3 +43,7 @@ def test_the_recorder_warns_and_carries_on_for_a_non_utf8_run_directory(
         recorder._register()  # raised UnicodeEncodeError before: the run died at its start
     assert recorder.registry_failure is not None
     assert "not a UTF-8 name" in recorder.registry_failure
+    # What reaches a log is text any UTF-8 sink can write: "run-\xff", not a lone surrogate.
+    assert "run-\\xff" in recorder.registry_failure
+    for record in caplog.records:
+        record.getMessage().encode("utf-8")

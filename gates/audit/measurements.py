@@ -3,7 +3,7 @@ on the bugs of its invariant, not only its bound tests; a measurement that passe
 tests catch is a verdict that can be wrong.
 
 For every gate with a measurement, each mutant of its bound tests is measured as
-`gates check GATE --mutant ID` measures it (gates.promotion.check: the mutant applied in the
+`gates check GATE --mutant ID` measures it (gates.check.check: the mutant applied in the
 measuring process and named to its children, no bound test run), each run a fork of a warm
 interpreter (gates.runner.forkrun) or a fresh process. A row's outcome is one of
 

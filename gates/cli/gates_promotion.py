@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from gates import exit_codes, measure, promotion, service
+from gates.check import CheckResult
 from gates.cli.common import (
     UsageError,
     positive_int,
@@ -54,7 +55,7 @@ def _target(args: argparse.Namespace) -> tuple[Path, Contract, Gate]:
     return root, contract, gate
 
 
-def _print_check(result: promotion.CheckResult) -> None:
+def _print_check(result: CheckResult) -> None:
     ev = result.evidence
     print(f"{ev['gate']}: {result.verdict}")
     for name, m in ev["measurements"].items():

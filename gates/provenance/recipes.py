@@ -418,7 +418,7 @@ class Built:
 
 
 def _stderr(line: str) -> None:
-    # See gates.promotion._log: a bare line on stderr unless the caller configured logging.
+    # See gates.check._log: a bare line on stderr unless the caller configured logging.
     logging.getLogger(__name__).warning(line)
 
 

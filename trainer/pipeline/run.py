@@ -7,7 +7,7 @@ baseline -> plots -> gates -> summary.
 Every stage calls, in this process, the library functions behind the project's own
 commands - trainer tokenizer train (train_tokenizer), trainer data encode (corpus_files,
 encode_corpus), trainer apply (apply_config), trainer export (export_checkpoint), trainer
-plot (write_plots), gates check (gates.promotion.check) and gates report
+plot (write_plots), gates check (gates.service.check_gate) and gates report
 (gates.report.inputs.gather, gates.report.page.render) - so what the pipeline does is exactly
 what a user can do by hand. A stage that fails ends the pipeline with PipelineError: the
 cause, and the status `trainer pipeline` exits with (trainer/exit_codes.py: a training

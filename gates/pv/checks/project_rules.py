@@ -349,7 +349,7 @@ def evidence_measured(
 ) -> Iterator[Issue]:
     """EVIDENCE-NOTHING-MEASURED: a PASS/PARTIAL records the files its run read
     (gates.provenance.trace),
-    and its measurement's own module is always among them (gates.promotion adds it), so
+    and its measurement's own module is always among them (gates.check adds it), so
     sources without it say nothing was measured: written by hand, or copied from another
     gate's. Checked where pv finds the measurement without importing (``measured_in``: a
     function decorated ``@measures("GATE-…")``); empty sources are EVIDENCE-STALE's."""

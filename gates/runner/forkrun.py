@@ -13,8 +13,8 @@ starts (gates.runner.testrun):
 - every module of the project is dropped from ``sys.modules`` after the fork, so the run
   imports (and the trace hook sees it read) each project file it needs, exactly as a fresh
   process would: a run's ``sources`` do not depend on what the warm interpreter imported;
-- the trace hook (gates/provenance/trace_hook.py ``start``) is installed before anything of the
-project is imported, when the run is traced;
+- the trace hook (gates/provenance/trace_hook.py ``start``) is installed before anything of
+  the project is imported, when the run is traced;
 - it exits with pytest's status after the exit handlers ran, like ``python -m pytest``.
 
 Only modules outside the project are preloaded, and none of them is run: the warm

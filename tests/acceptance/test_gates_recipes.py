@@ -1,7 +1,7 @@
 """Reproducible gate artifacts (gates.provenance.recipes): `gates check` / `promote` without
---artifact
-rebuild a gate's artifact from the recipe its measurer declares into a content-addressed
-cache, reuse the cache, and say when a rebuild digests differently from the evidence.
+--artifact rebuild a gate's artifact from the recipe its measurer declares into a
+content-addressed cache, reuse the cache, and say when a rebuild digests differently from the
+evidence.
 
 The widget project (tests/acceptance/widget_project.py) gets a tiny recipe: a script that
 writes N lines to {out} and counts its runs in a file named by $WIDGET_BUILDS.
@@ -106,8 +106,7 @@ def test_no_artifact_anywhere_is_built_from_the_recipe_then_reused_from_the_cach
 
 def test_gates_checked_side_by_side_share_one_build(project, monkeypatch):
     """Two `gates check` of gates on one recipe at once (gates.runner.checkrun): the second waits
-    for
-    the first's build and reads it from the cache instead of building it again."""
+    for the first's build and reads it from the cache instead of building it again."""
     root, _ = project
     monkeypatch.setenv("WIDGET_SLEEP", "1")
     with ThreadPoolExecutor(max_workers=2) as pool:

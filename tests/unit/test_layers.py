@@ -93,7 +93,7 @@ def imported_names(path: Path) -> Iterator[tuple[str, int]]:
             yield node.args[0].value, node.lineno
 
 
-def package_parts(package: str = "trainer") -> set[str]:
+def package_parts(package: str) -> set[str]:
     """The nodes of the graph: the package's subpackages and its top-level modules."""
     return {
         p.stem if p.is_file() else p.name
@@ -103,7 +103,7 @@ def package_parts(package: str = "trainer") -> set[str]:
     }
 
 
-def part_of(name: str, parts: set[str], package: str = "trainer") -> str | None:
+def part_of(name: str, parts: set[str], package: str) -> str | None:
     """The node a module name belongs to (trainer.train.loop -> train), or None."""
     pieces = name.split(".")
     if pieces[0] == package and len(pieces) > 1 and pieces[1] in parts:
@@ -111,7 +111,7 @@ def part_of(name: str, parts: set[str], package: str = "trainer") -> str | None:
     return None
 
 
-def import_graph(package: str = "trainer") -> dict[str, dict[str, list[str]]]:
+def import_graph(package: str) -> dict[str, dict[str, list[str]]]:
     """part -> imported part -> ["trainer/x/y.py:LINE", ...] (edges between parts only)."""
     parts = package_parts(package)
     graph: dict[str, dict[str, list[str]]] = {part: {} for part in parts}
@@ -152,7 +152,7 @@ def find_cycle(graph: dict[str, dict[str, list[str]]]) -> list[str] | None:
     return None
 
 
-def declared_layers(package: str = "trainer") -> dict[str, int]:
+def declared_layers(package: str) -> dict[str, int]:
     """part -> layer number, from the package's __init__.py docstring."""
     layers = {}
     for number, names in LAYER_LINE.findall(LAYERED[package].__doc__ or ""):

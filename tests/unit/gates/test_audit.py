@@ -1,6 +1,5 @@
-"""gates.audit.bound_tests: a mutant is killed only by an assertion of its bound test, and a mutant
-whose
-seams do not hold is reported seam-broken and never run (issue 18 item 5, issue 19).
+"""gates.audit.bound_tests: a mutant is killed only by an assertion of its bound test, and a
+mutant whose seams do not hold is reported seam-broken and never run (issue 18 item 5, issue 19).
 
 One throwaway project (a shop module, three bound tests, nine mutants) is audited once for
 the module, through the CLI, with --out; each test below reads one row of that audit. About

@@ -1,7 +1,6 @@
-"""gates.runner.forkrun: a run forked from a warm interpreter is the fresh ``python -m pytest`` run
-the
-audit's slow path starts — same environment, directory, exit status, exit handlers and traced
-sources — and a run that hangs or loses its interpreter ends without a verdict.
+"""gates.runner.forkrun: a run forked from a warm interpreter is the fresh ``python -m pytest``
+run the audit's slow path starts — same environment, directory, exit status, exit handlers
+and traced sources — and a run that hangs or loses its interpreter ends without a verdict.
 
 A throwaway project under tmp_path; the warm interpreter preloads only what a test names, so
 each starts in well under a second."""

@@ -225,9 +225,9 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
 def _out_of_date(root: Path, contract: Contract, gate: Gate) -> str | None:
     """Why a PASS/PARTIAL gate's evidence must be re-measured: it is stale
-    (gates.provenance.freshness),
-    or it no longer agrees with its contract (EVIDENCE-MISMATCH: a threshold changed, a
-    test bound or unbound since); None when neither."""
+    (gates.provenance.freshness), or it no longer agrees with its contract
+    (EVIDENCE-MISMATCH: a threshold changed, a test bound or unbound since); None when
+    neither."""
     why = freshness.gate_staleness(root, gate)
     if why is not None or gate.status not in ("PASS", "PARTIAL") or not gate.evidence:
         return why

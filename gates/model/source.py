@@ -9,15 +9,25 @@ column.
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.composer import Composer
 from ruamel.yaml.constructor import RoundTripConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.events import AliasEvent
+from ruamel.yaml.events import (
+    AliasEvent,
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+)
+from ruamel.yaml.nodes import ScalarNode
 
 from gates.io import files
 from gates.model.findings import DocPath
@@ -77,8 +87,26 @@ class _DatesAsText(RoundTripConstructor):
 _DatesAsText.add_constructor("tag:yaml.org,2002:timestamp", RoundTripConstructor.construct_yaml_str)
 
 
+class _RefusingAliases(Composer):
+    """Refuses the first alias as it is composed (billion laughs): one pass over the text,
+    and an alias bomb costs nothing, since nothing after the first alias is read."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.parser.check_event(AliasEvent):
+            event = self.parser.peek_event()
+            mark = event.start_mark
+            raise SourceError(
+                "YAML-ALIAS",
+                f"alias *{event.anchor} refers to an anchor",
+                mark.line + 1,
+                mark.column + 1,
+            )
+        return super().compose_node(parent, index)
+
+
 def _yaml() -> YAML:
     y = YAML(typ="rt", pure=True)
+    y.Composer = _RefusingAliases
     y.Constructor = _DatesAsText
     y.allow_duplicate_keys = False
     return y
@@ -144,19 +172,6 @@ def _check_nesting(text: str) -> None:
                 depth = max(0, depth - 1)
 
 
-def _check_aliases(text: str) -> None:
-    # Scan events before composing: linear in the text, so an alias bomb costs nothing.
-    for event in _yaml().parse(text):
-        if isinstance(event, AliasEvent):
-            mark = event.start_mark
-            raise SourceError(
-                "YAML-ALIAS",
-                f"alias *{event.anchor} refers to an anchor",
-                mark.line + 1,
-                mark.column + 1,
-            )
-
-
 def to_plain(node: Any) -> Any:
     """Round-trip tree → plain JSON-like data (what JSON Schema and checkers see)."""
     if isinstance(node, dict):
@@ -205,7 +220,6 @@ def parse_yaml(text: str, path: Path) -> YamlSource:
     _check_tabs(text)
     _check_nesting(text)
     try:
-        _check_aliases(text)
         tree = _yaml().load(text)
     except MarkedYAMLError as exc:
         rule = "YAML-DUPLICATE-KEY" if "duplicate key" in str(exc.problem) else "YAML-SYNTAX"
@@ -219,3 +233,65 @@ def parse_yaml(text: str, path: Path) -> YamlSource:
     if tree is None:
         raise SourceError("FILE-EMPTY", "the file holds only comments or an empty document")
     return YamlSource(path=path, text=text, tree=tree, data=to_plain(tree))
+
+
+def declared_id(path: Path) -> str | None:
+    """The ``metadata.id`` a contract file declares, read no further than that key: what a
+    sibling scan needs (gates/pv/validate.py), without parsing whole files it does not
+    validate. None when the file cannot be read (read_yaml's guards), the id is not a string,
+    or the YAML goes wrong before the id is reached."""
+    try:
+        text = _decode(files.read_regular(path, MAX_SOURCE_BYTES))
+        _check_tabs(text)
+        _check_nesting(text)
+        return _metadata_id(text)
+    except (SourceError, OSError, YAMLError, RecursionError, ValueError, StopIteration):
+        return None
+
+
+def _metadata_id(text: str) -> str | None:
+    y = _yaml()
+    events = _refusing_aliases(y.parse(text))
+    next(events), next(events)  # the stream's and the document's start
+    if not isinstance(next(events), MappingStartEvent):
+        return None
+    value = _value_at(events, ("metadata", "id"))
+    if value is None or value.style is not None:  # quoted: a string whatever it reads as
+        return value.value if value is not None else None
+    tag = y.resolver.resolve(ScalarNode, value.value, value.implicit)
+    # What the full load would make of it: plain text, or a date kept as its text.
+    return value.value if tag in ("tag:yaml.org,2002:str", "tag:yaml.org,2002:timestamp") else None
+
+
+def _refusing_aliases(events: Iterator[Any]) -> Iterator[Any]:
+    for event in events:
+        if isinstance(event, AliasEvent):  # the full load refuses the file (YAML-ALIAS)
+            raise SourceError("YAML-ALIAS", "alias")
+        yield event
+
+
+def _value_at(events: Iterator[Any], keys: tuple[str, ...]) -> ScalarEvent | None:
+    """The scalar at ``keys`` in the mapping whose start was just read; None when a key is
+    missing or holds something else. Reads the events up to it, skipping other subtrees."""
+    for key in events:
+        if isinstance(key, MappingEndEvent):
+            return None
+        _skip_subtree(events, key)  # a complex key (a mapping or list as a key)
+        value = next(events)
+        if isinstance(key, ScalarEvent) and key.value == keys[0]:
+            if len(keys) == 1:
+                return value if isinstance(value, ScalarEvent) else None
+            return _value_at(events, keys[1:]) if isinstance(value, MappingStartEvent) else None
+        _skip_subtree(events, value)
+    return None
+
+
+def _skip_subtree(events: Iterator[Any], start: Any) -> None:
+    """Reads past the collection ``start`` opens (nothing for a scalar)."""
+    depth = int(isinstance(start, MappingStartEvent | SequenceStartEvent))
+    while depth:
+        event = next(events)
+        if isinstance(event, MappingStartEvent | SequenceStartEvent):
+            depth += 1
+        elif isinstance(event, MappingEndEvent | SequenceEndEvent):
+            depth -= 1

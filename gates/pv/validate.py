@@ -16,7 +16,13 @@ from pathlib import Path
 from gates.model.contract import Contract
 from gates.model.findings import Finding, Issue, Report, make_finding
 from gates.model.schema import schema_issues
-from gates.model.source import SourceError, UnreadablePathError, YamlSource, read_yaml
+from gates.model.source import (
+    SourceError,
+    UnreadablePathError,
+    YamlSource,
+    declared_id,
+    read_yaml,
+)
 from gates.provenance.git_history import CommitIndex
 from gates.pv.checks import contract_rules, crossfile_rules, project_rules
 from gates.pv.pytest_nodes import NodeIndex
@@ -51,19 +57,14 @@ class Validation:
 
 def _sibling_contract_ids(paths: Iterable[Path], given: set[Path]) -> set[str]:
     """Ids of contracts beside the given files, so depends_on may point at them. A sibling
-    that cannot be read (a FIFO, a symlink loop, bad YAML) names no id; read_yaml opens
-    only regular files, so none of them blocks or floods the scan."""
+    that cannot be read (a FIFO, a symlink loop, bad YAML before its id) names no id;
+    declared_id opens only regular files, so none of them blocks or floods the scan, and
+    reads each no further than its id."""
     ids: set[str] = set()
     for directory in {resolved(p).parent for p in paths}:
         for sibling in sorted(directory.glob("*.yaml")):
-            if resolved(sibling) in given:
-                continue
-            try:
-                md = read_yaml(sibling).data.get("metadata", {})
-            except (SourceError, UnreadablePathError, AttributeError):
-                continue
-            if isinstance(md, dict) and isinstance(md.get("id"), str):
-                ids.add(md["id"])
+            if resolved(sibling) not in given and (found := declared_id(sibling)) is not None:
+                ids.add(found)
     return ids
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gates import measure, promotion
+from gates import check as gate_check
+from gates import measure
 from gates.measure import Measurement
 from gates.pv.validate import validate
 from tests.acceptance import widget_project
@@ -41,9 +42,9 @@ def widget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     return root, contract, contract.gate(GATE), artifact
 
 
-def check(widget, **kw) -> promotion.CheckResult:
+def check(widget, **kw) -> gate_check.CheckResult:
     root, contract, gate, artifact = widget
-    return promotion.check(root, contract, gate, [artifact], command=["gates", "check"], **kw)
+    return gate_check.check(root, contract, gate, [artifact], command=["gates", "check"], **kw)
 
 
 def test_without_a_wish_the_verdict_is_what_the_measurement_says(widget):

@@ -16,11 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from gates import check as gate_check
 from gates import promotion
 from gates.cli import gates as gates_cli
 from gates.io import atomic, files
 from gates.provenance import evidence
 from gates.pv.validate import validate
+from gates.refusal import RefusedError
 
 TODAY = dt.date(2026, 11, 22)
 EVIDENCE = Path("evidence") / "C-WIDGET" / "GATE-WIDGET-001.json"
@@ -42,7 +44,7 @@ def changed_lines(before: str, after: str) -> tuple[list[str], list[str]]:
     return removed, added
 
 
-def promote(root: Path, contract: Path, *artifacts: Path, **kw) -> promotion.CheckResult:
+def promote(root: Path, contract: Path, *artifacts: Path, **kw) -> gate_check.CheckResult:
     return promotion.promote(
         root,
         contract,
@@ -109,7 +111,7 @@ def _snapshot(root: Path, contract: Path) -> tuple[str, bool]:
 def test_promotion_refuses_a_missed_threshold_and_touches_nothing(measured_widget):
     root, contract = measured_widget
     before = _snapshot(root, contract)
-    with pytest.raises(promotion.RefusedError, match="line_count = 1 lines misses"):
+    with pytest.raises(RefusedError, match="line_count = 1 lines misses"):
         promote(root, contract, artifact(root, 1))
     assert _snapshot(root, contract) == before
 
@@ -118,7 +120,7 @@ def test_promotion_refuses_when_a_bound_test_fails(measured_widget):
     root, contract = measured_widget
     before = _snapshot(root, contract)
     (root / "widget.py").write_text("def count_lines(path):\n    return 0\n")
-    with pytest.raises(promotion.RefusedError, match=r"FALSIFY-WIDGET-001 .* failed"):
+    with pytest.raises(RefusedError, match=r"FALSIFY-WIDGET-001 .* failed"):
         promote(root, contract, artifact(root, 5), allow_dirty="testing a broken widget")
     assert _snapshot(root, contract) == before
 
@@ -129,10 +131,10 @@ def test_promotion_refuses_uncommitted_code_unless_overridden_and_recorded(measu
         (root / "tests" / "test_widget.py").read_text() + "\n# an uncommitted edit\n"
     )
     before = _snapshot(root, contract)
-    with pytest.raises(promotion.RefusedError, match="uncommitted changes"):
+    with pytest.raises(RefusedError, match="uncommitted changes"):
         promote(root, contract, artifact(root, 5))
     assert _snapshot(root, contract) == before
-    with pytest.raises(promotion.RefusedError, match="must say why"):
+    with pytest.raises(RefusedError, match="must say why"):
         promote(root, contract, artifact(root, 5), allow_dirty="  ")
     assert _snapshot(root, contract) == before
     promote(root, contract, artifact(root, 5), allow_dirty="a comment, not code")
@@ -154,7 +156,7 @@ def test_promotion_refuses_uncommitted_code_unless_overridden_and_recorded(measu
 def test_promotion_refuses_a_missing_or_wrong_kind_artifact(measured_widget, make, message):
     root, contract = measured_widget
     before = _snapshot(root, contract)
-    with pytest.raises(promotion.RefusedError, match=message):
+    with pytest.raises(RefusedError, match=message):
         promote(root, contract, make(root))
     assert _snapshot(root, contract) == before
 
@@ -167,14 +169,14 @@ def test_remeasuring_uses_the_recorded_artifact_and_refuses_a_changed_one(measur
     promote(root, contract, art)
     # Re-check without --artifact: the evidence's artifact, verified by sha256.
     c = validate([contract], today=TODAY).contracts[0]
-    again = promotion.check(root, c, c.gate("GATE-WIDGET-001"), [], command=["gates", "check"])
+    again = gate_check.check(root, c, c.gate("GATE-WIDGET-001"), [], command=["gates", "check"])
     assert again.verdict == "PASS"
     art.write_text("changed\n" * 9)
-    with pytest.raises(promotion.RefusedError, match="no longer matches"):
-        promotion.check(root, c, c.gate("GATE-WIDGET-001"), [], command=["gates", "check"])
+    with pytest.raises(RefusedError, match="no longer matches"):
+        gate_check.check(root, c, c.gate("GATE-WIDGET-001"), [], command=["gates", "check"])
     art.unlink()
-    with pytest.raises(promotion.RefusedError, match="is gone"):
-        promotion.check(root, c, c.gate("GATE-WIDGET-001"), [], command=["gates", "check"])
+    with pytest.raises(RefusedError, match="is gone"):
+        gate_check.check(root, c, c.gate("GATE-WIDGET-001"), [], command=["gates", "check"])
 
 
 def test_a_read_only_evidence_directory_changes_nothing(measured_widget, monkeypatch):
@@ -201,7 +203,7 @@ def test_a_contract_that_fails_pv_validate_is_refused(measured_widget):
     contract.write_text(
         contract.read_text().replace("  kind: tooling\n", "  kind: tooling\n  kindd: x\n")
     )
-    with pytest.raises(promotion.RefusedError, match="SCHEMA-UNKNOWN-KEY"):
+    with pytest.raises(RefusedError, match="SCHEMA-UNKNOWN-KEY"):
         promote(root, contract, artifact(root, 5), allow_dirty="an invalid contract")
 
 
@@ -211,7 +213,7 @@ def test_corrupt_evidence_is_refused_as_a_source_and_replaced_by_a_re_measuremen
     root, contract = measured_widget
     promote(root, contract, artifact(root, 5))
     (root / EVIDENCE).write_text("{not json")
-    with pytest.raises(promotion.RefusedError, match="current evidence is unusable"):
+    with pytest.raises(RefusedError, match="current evidence is unusable"):
         promote(root, contract)
     assert (root / EVIDENCE).read_text() == "{not json"
     promote(root, contract, artifact(root, 5))

@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from gates import check as gate_check
 from gates import measure, promotion
 from gates.provenance import evidence, freshness, recipes
 from gates.pv.validate import validate
+from gates.refusal import RefusedError
 from tests.acceptance import widget_project
 
 GATE = "GATE-WIDGET-001"
@@ -68,9 +70,9 @@ def builds(root: Path) -> int:
     return len(counter.read_text().splitlines()) if counter.exists() else 0
 
 
-def check(root: Path, contract: Path, *artifacts: Path) -> promotion.CheckResult:
+def check(root: Path, contract: Path, *artifacts: Path) -> gate_check.CheckResult:
     c = validate([contract]).contracts[0]
-    return promotion.check(root, c, c.gate(GATE), list(artifacts), command=["gates", "check"])
+    return gate_check.check(root, c, c.gate(GATE), list(artifacts), command=["gates", "check"])
 
 
 def cache_entries(root: Path) -> list[str]:
@@ -256,7 +258,7 @@ def test_a_rebuild_that_misses_the_threshold_fails(project, monkeypatch):
 def test_a_failing_recipe_is_refused_with_its_stderr_and_nothing_is_cached(project, monkeypatch):
     root, contract = project
     monkeypatch.setenv("WIDGET_FAIL", "1")
-    with pytest.raises(promotion.RefusedError, match=r"(?s)exited with 3.*no widgets today"):
+    with pytest.raises(RefusedError, match=r"(?s)exited with 3.*no widgets today"):
         check(root, contract)
     assert builds(root) == 1
     # no entry, no index, no half-built temp directory: only the (empty) lock files
@@ -286,7 +288,7 @@ def test_a_promotion_refuses_an_artifact_no_build_from_this_tree_made(project):
     art.parent.mkdir()
     art.write_text("".join(f"line {i}\n" for i in range(5)))  # the right bytes, unrecorded
     before = contract.read_text()
-    with pytest.raises(promotion.RefusedError, match="nothing records that GATE-WIDGET-001's"):
+    with pytest.raises(RefusedError, match="nothing records that GATE-WIDGET-001's"):
         promotion.promote(root, contract, GATE, [art], command=["gates", "promote", GATE])
     assert contract.read_text() == before and builds(root) == 0
     assert not (root / "evidence" / "C-WIDGET" / f"{GATE}.json").exists()
@@ -329,7 +331,7 @@ def test_an_artifact_that_changes_while_measured_is_still_refused(project, monke
         return out
 
     monkeypatch.setitem(measure.REGISTRY, GATE, dataclasses.replace(real, fn=tamper))
-    with pytest.raises(promotion.RefusedError, match="changed while it was being measured"):
+    with pytest.raises(RefusedError, match="changed while it was being measured"):
         check(root, contract)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gates import check as gate_check
 from gates import promotion
 from gates.pv.validate import validate
 from tests.acceptance import widget_project
@@ -51,9 +52,9 @@ def artifact(root: Path, lines: int) -> Path:
     return path
 
 
-def check(root: Path, contract: Path, lines: int) -> promotion.CheckResult:
+def check(root: Path, contract: Path, lines: int) -> gate_check.CheckResult:
     c, gate = promotion.load_gate(root, contract, GATE)
-    return promotion.check(root, c, gate, [artifact(root, lines)], command=["gates", "check"])
+    return gate_check.check(root, c, gate, [artifact(root, lines)], command=["gates", "check"])
 
 
 def test_the_contract_reads_both_thresholds(project):

@@ -348,11 +348,11 @@ def evidence_measured(
     gate: Gate, ev: dict, where: tuple, measured_in: dict[str, str]
 ) -> Iterator[Issue]:
     """EVIDENCE-NOTHING-MEASURED: a PASS/PARTIAL records the files its run read
-    (gates.provenance.trace),
-    and its measurement's own module is always among them (gates.check adds it), so
-    sources without it say nothing was measured: written by hand, or copied from another
-    gate's. Checked where pv finds the measurement without importing (``measured_in``: a
-    function decorated ``@measures("GATE-…")``); empty sources are EVIDENCE-STALE's."""
+    (gates.provenance.trace), and its measurement's own module is always among them
+    (gates.check adds it), so sources without it say nothing was measured: written by
+    hand, or copied from another gate's. Checked where pv finds the measurement without
+    importing (``measured_in``: a function decorated ``@measures("GATE-…")``); empty sources
+    are EVIDENCE-STALE's."""
     module = measured_in.get(gate.id)
     if module is None or ev["verdict"] not in ("PASS", "PARTIAL") or not ev.get("sources"):
         return

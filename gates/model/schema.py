@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -57,71 +57,117 @@ def _type_name(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
-def _issues_for(error: ValidationError) -> Iterator[Issue]:
-    where = tuple(error.absolute_path)
-    keyword = error.validator
-    sub = error.schema if isinstance(error.schema, dict) else {}
-    rule_id = sub.get("x-rule") or _KEYWORD_RULES.get(keyword, "SCHEMA-VIOLATION")
+#: Comparison keywords and the operator a message says them with.
+BOUNDS = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}
 
-    if keyword in ("oneOf", "anyOf"):
-        # e.g. a gate's threshold, one mapping or a list of them: report the errors of the
-        # branch the value's type was meant for, not "valid under none of the schemas".
-        branches: dict[int, list[ValidationError]] = {}
+
+@dataclass(frozen=True)
+class Violation:
+    """One schema error in the terms a message is made of, whoever words it: pv's findings
+    (below) and the trainer's config errors (trainer/config/messages.py) share this
+    dissection of jsonschema's errors and differ only in their words.
+
+    ``kind``: unknown-key, missing-key (``key`` names it; ``where`` is its mapping's path),
+    wrong-type (``expected``: a type or a list of types), bad-value (enum or const;
+    ``expected``: the allowed values), out-of-range (``expected``: (operator, bound)),
+    no-branch (a oneOf/anyOf whose value fits no branch's type), or else the keyword
+    itself (pattern, minLength, not, …) with jsonschema's own ``message``."""
+
+    kind: str
+    where: tuple
+    value: Any
+    keyword: str
+    schema: dict  # the subschema holding the failing keyword (its x-rule, properties…)
+    message: str
+    key: str | None = None
+    expected: Any = None
+
+
+def violations(
+    validator: Draft202012Validator, data: Any, *, branches: bool = True
+) -> Iterator[Violation]:
+    """Every violation of ``data``, in the validator's order, each missing key once.
+    ``branches``: a oneOf/anyOf is reported by the errors of the branch the value's type
+    was meant for; without, as one ``anyOf``/``oneOf`` violation."""
+    seen: set[tuple] = set()
+    for error in validator.iter_errors(data):
+        for v in _violations_of(error, branches):
+            if v.kind == "missing-key":
+                if (v.where, v.key) in seen:
+                    continue
+                seen.add((v.where, v.key))
+            yield v
+
+
+def _violations_of(error: ValidationError, branches: bool) -> Iterator[Violation]:
+    where, keyword, value = tuple(error.absolute_path), error.validator, error.instance
+    sub = error.schema if isinstance(error.schema, dict) else {}
+
+    def violation(kind: str, **kw: Any) -> Violation:
+        return Violation(kind, where, value, str(keyword), sub, error.message, **kw)
+
+    if keyword in ("oneOf", "anyOf") and branches:
+        by_branch: dict[int, list[ValidationError]] = {}
         for sub_error in error.context or ():
-            branches.setdefault(sub_error.relative_schema_path[0], []).append(sub_error)
-        for errors in branches.values():
+            by_branch.setdefault(sub_error.relative_schema_path[0], []).append(sub_error)
+        for errors in by_branch.values():
             if not any(x.validator == "type" and not x.relative_path for x in errors):
                 for sub_error in errors:
-                    yield from _issues_for(sub_error)
+                    yield from _violations_of(sub_error, branches)
                 return
-        yield Issue(
-            "SCHEMA-TYPE",
-            where,
-            f"expected one of the allowed forms, found {_type_name(error.instance)}",
-            at_key=False,
-        )
-        return
-    if keyword == "additionalProperties":
+        yield violation("no-branch")
+    elif keyword == "additionalProperties":
         allowed = sorted(sub.get("properties", {}))
-        for key in sorted(set(error.instance) - set(allowed)):
-            guess = did_you_mean(key, allowed)
-            hint = f"did you mean `{guess}`?" if guess else f"allowed keys: {', '.join(allowed)}"
-            yield Issue(rule_id, (*where, key), f"unknown key `{key}`", hint)
-        return
-    if keyword == "required":
-        match = re.match(r"^'(.+)' is a required property$", error.message)
-        missing = match.group(1) if match else str(error.validator_value)
-        what = json_where(where)
-        yield Issue(
-            rule_id,
-            where,
-            f"missing required key `{missing}` in {what}",
-            f"add `{missing}:` to {what}",
-        )
-        return
-    if keyword in ("enum", "const"):
+        for key in value:
+            if key not in allowed:
+                yield violation("unknown-key", key=key, expected=allowed)
+    elif keyword == "required":
+        for key in error.validator_value:
+            if key not in value:
+                yield violation("missing-key", key=key)
+    elif keyword == "type":
+        yield violation("wrong-type", expected=error.validator_value)
+    elif keyword in ("enum", "const"):
         allowed = error.validator_value if keyword == "enum" else [error.validator_value]
-        guess = did_you_mean(str(error.instance), [str(a) for a in allowed])
-        hint = f"did you mean `{guess}`?" if guess else None
-        yield Issue(
-            rule_id, where, f"{error.instance!r} is not one of {allowed}", hint, at_key=False
-        )
-        return
-    if keyword == "type":
-        yield Issue(
-            rule_id,
-            where,
-            f"expected {error.validator_value}, found {_type_name(error.instance)}",
+        yield violation("bad-value", expected=list(allowed))
+    elif keyword in BOUNDS:
+        yield violation("out-of-range", expected=(BOUNDS[keyword], error.validator_value))
+    else:
+        yield violation(str(keyword))
+
+
+def _issue_of(v: Violation) -> Issue:
+    rule_id = v.schema.get("x-rule") or _KEYWORD_RULES.get(v.keyword, "SCHEMA-VIOLATION")
+    if v.kind == "no-branch":
+        found = _type_name(v.value)
+        return Issue(
+            "SCHEMA-TYPE", v.where, f"expected one of the allowed forms, found {found}",
             at_key=False,
+        )  # fmt: skip
+    if v.kind == "unknown-key":
+        guess = did_you_mean(v.key, v.expected)
+        hint = f"did you mean `{guess}`?" if guess else f"allowed keys: {', '.join(v.expected)}"
+        return Issue(rule_id, (*v.where, v.key), f"unknown key `{v.key}`", hint)
+    if v.kind == "missing-key":
+        what = json_where(v.where)
+        return Issue(
+            rule_id, v.where, f"missing required key `{v.key}` in {what}",
+            f"add `{v.key}:` to {what}",
+        )  # fmt: skip
+    if v.kind == "bad-value":
+        guess = did_you_mean(str(v.value), [str(a) for a in v.expected])
+        hint = f"did you mean `{guess}`?" if guess else None
+        return Issue(
+            rule_id, v.where, f"{v.value!r} is not one of {v.expected}", hint, at_key=False
         )
-        return
-    if keyword == "not" and rule_id == "TEST-BINDING":
-        yield Issue(rule_id, (*where, "test"), rule(rule_id).summary)
-        return
-    if keyword == "pattern":
-        yield Issue(rule_id, where, f"{error.instance!r}: {rule(rule_id).summary}", at_key=False)
-        return
-    yield Issue(rule_id, where, error.message, at_key=False)
+    if v.kind == "wrong-type":
+        found = _type_name(v.value)
+        return Issue(rule_id, v.where, f"expected {v.expected}, found {found}", at_key=False)
+    if v.kind == "not" and rule_id == "TEST-BINDING":
+        return Issue(rule_id, (*v.where, "test"), rule(rule_id).summary)
+    if v.kind == "pattern":
+        return Issue(rule_id, v.where, f"{v.value!r}: {rule(rule_id).summary}", at_key=False)
+    return Issue(rule_id, v.where, v.message, at_key=False)
 
 
 def json_where(where: tuple) -> str:
@@ -135,5 +181,5 @@ def schema_issues(data: Any, validator: Draft202012Validator | None = None) -> l
     validator = validator or load_validator()
     if not isinstance(data, dict):
         return [Issue("SCHEMA-TYPE", (), f"a contract is a mapping, found {_type_name(data)}")]
-    issues = [i for e in validator.iter_errors(data) for i in _issues_for(e)]
+    issues = [_issue_of(v) for v in violations(validator, data)]
     return sorted(issues, key=lambda i: [str(s) for s in i.where])

@@ -87,20 +87,24 @@ class _DatesAsText(RoundTripConstructor):
 _DatesAsText.add_constructor("tag:yaml.org,2002:timestamp", RoundTripConstructor.construct_yaml_str)
 
 
+def _refuse_alias(event: Any) -> None:
+    """YAML-ALIAS (billion laughs) at the first alias: called on each node's first event as
+    it is composed, so an alias bomb costs nothing, since nothing after it is read."""
+    if isinstance(event, AliasEvent):
+        mark = event.start_mark
+        raise SourceError(
+            "YAML-ALIAS",
+            f"alias *{event.anchor} refers to an anchor",
+            mark.line + 1,
+            mark.column + 1,
+        )
+
+
 class _RefusingAliases(Composer):
-    """Refuses the first alias as it is composed (billion laughs): one pass over the text,
-    and an alias bomb costs nothing, since nothing after the first alias is read."""
+    """The composer that refuses aliases (_refuse_alias): one pass over the text."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.parser.check_event(AliasEvent):
-            event = self.parser.peek_event()
-            mark = event.start_mark
-            raise SourceError(
-                "YAML-ALIAS",
-                f"alias *{event.anchor} refers to an anchor",
-                mark.line + 1,
-                mark.column + 1,
-            )
+        _refuse_alias(self.parser.peek_event())
         return super().compose_node(parent, index)
 
 
@@ -265,8 +269,7 @@ def _metadata_id(text: str) -> str | None:
 
 def _refusing_aliases(events: Iterator[Any]) -> Iterator[Any]:
     for event in events:
-        if isinstance(event, AliasEvent):  # the full load refuses the file (YAML-ALIAS)
-            raise SourceError("YAML-ALIAS", "alias")
+        _refuse_alias(event)  # as the full load would
         yield event
 
 

@@ -30,11 +30,13 @@ def _duplicate_ids_accepted(patch):
 @mutant("unknown-keys-accepted")
 def _unknown_keys_accepted(patch):
     # The source system's validator: unknown keys are silently ignored.
-    real = schema._issues_for
+    real = schema.violations
     patch.setattr(
         schema,
-        "_issues_for",
-        lambda error: iter(()) if error.validator == "additionalProperties" else real(error),
+        "violations",
+        lambda validator, data, **kw: (
+            v for v in real(validator, data, **kw) if v.kind != "unknown-key"
+        ),
     )
 
 

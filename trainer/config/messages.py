@@ -20,6 +20,7 @@ from typing import Any
 from jsonschema import Draft202012Validator, validators
 
 from gates.io.jsonpath import json_path
+from gates.model.schema import violations
 from gates.model.source import YamlSource
 from trainer.config.alerts import AlertSyntaxError, parse_when
 
@@ -171,45 +172,31 @@ def _missing_hint(where: tuple, key: str) -> str:
 
 
 def schema_findings(src: YamlSource) -> Iterator[ConfigFinding]:
+    """The schema's violations (gates.model.schema.violations: the framework's dissection
+    of jsonschema's errors), each said at its line in a config's words."""
     path = str(src.path)
 
     def at(where: tuple, message: str, hint: str, code: str, *, at_key: bool = False):
         line, col = src.locate(where, at_key=at_key)
         return ConfigFinding(path, line, col, json_path(where, root=""), message, hint, code)
 
-    seen: set[tuple] = set()
-    for err in _Validator(schema()).iter_errors(src.data):
-        where = tuple(err.absolute_path)
-        kind, value = err.validator, err.instance
-        if kind == "additionalProperties":
-            allowed = _subschema(where).get("properties", {})
-            for key in value:
-                if key not in allowed:
-                    line, col = src.locate((*where, key), at_key=True)
-                    yield ConfigFinding(
-                        path,
-                        line,
-                        col,
-                        json_path((*where, key), root=""),
-                        f"unknown key {key!r}",
-                        _did_you_mean(key, where),
-                        "unknown-key",
-                    )
-        elif kind == "required":
-            for key in err.validator_value:
-                if key not in value and (where, key) not in seen:
-                    seen.add((where, key))
-                    section = json_path(where, root="") or "the top level"
-                    yield ConfigFinding(
-                        path,
-                        *src.locate(where),
-                        json_path((*where, key), root=""),
-                        f"missing required key {key!r} in {section}",
-                        _missing_hint(where, key),
-                        "missing-key",
-                    )
-        elif kind == "type":
-            expected = err.validator_value
+    for v in violations(_Validator(schema()), src.data, branches=False):
+        where, value = v.where, v.value
+        if v.kind == "unknown-key":
+            yield at(
+                (*where, v.key), f"unknown key {v.key!r}", _did_you_mean(v.key, where),
+                "unknown-key", at_key=True,
+            )  # fmt: skip
+        elif v.kind == "missing-key":
+            section = json_path(where, root="") or "the top level"
+            line, col = src.locate(where)
+            yield ConfigFinding(
+                path, line, col, json_path((*where, v.key), root=""),
+                f"missing required key {v.key!r} in {section}", _missing_hint(where, v.key),
+                "missing-key",
+            )  # fmt: skip
+        elif v.kind == "wrong-type":
+            expected = v.expected
             wanted = " or ".join(expected) if isinstance(expected, list) else expected
             yield at(
                 where,
@@ -217,8 +204,8 @@ def schema_findings(src: YamlSource) -> Iterator[ConfigFinding]:
                 _type_hint(value, expected),
                 "wrong-type",
             )
-        elif kind == "enum":
-            options = [str(o) for o in err.validator_value]
+        elif v.kind == "bad-value" and v.keyword == "enum":
+            options = [str(o) for o in v.expected]
             close = difflib.get_close_matches(str(value), options, n=1, cutoff=0.75)
             yield at(
                 where,
@@ -229,18 +216,17 @@ def schema_findings(src: YamlSource) -> Iterator[ConfigFinding]:
                 + f"use one of {', '.join(options)}",
                 "bad-value",
             )
-        elif kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
-            op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=",
-                  "exclusiveMaximum": "<"}[kind]  # fmt: skip
+        elif v.kind == "out-of-range":
+            op, bound = v.expected
             yield at(
                 where,
-                f"{value!r} is out of range: must be {op} {err.validator_value}",
-                f"set {where[-1]} {op} {err.validator_value}",
+                f"{value!r} is out of range: must be {op} {bound}",
+                f"set {where[-1]} {op} {bound}",
                 "out-of-range",
             )
-        elif kind == "minLength":
+        elif v.kind == "minLength":
             yield at(where, "is empty", f"give {where[-1]} a value", "bad-value")
-        elif kind == "anyOf" and where == ("model",):
+        elif v.kind == "anyOf" and where == ("model",):
             yield at(
                 where,
                 "names neither a preset nor an architecture",
@@ -249,7 +235,7 @@ def schema_findings(src: YamlSource) -> Iterator[ConfigFinding]:
                 at_key=True,
             )
         else:  # a schema keyword without a tailored message: jsonschema's own words
-            yield at(where, err.message, "", "bad-value")
+            yield at(where, v.message, "", "bad-value")
 
 
 # ---------------------------------------------------------------- semantic checks

@@ -18,7 +18,9 @@ directory, and waits for both. Kinds, cycled:
 The offset is drawn from 0 to half the time writer A takes alone (measured in the setup):
 both processes spend their first seconds importing torch, so B reaches its checks and its
 first writes while A is checking, training or saving - the windows where two writers can
-interleave.
+interleave. A pairing whose writer A has already ended when B is due (A ran faster than in
+the setup, which another busy process can slow 2x) has nothing side by side to judge: it
+is set aside and run again in a new directory at half the offset (``tries``).
 
 A pairing is clean when (1) each writer either succeeded or was refused cleanly - exit 1,
 a message that names the other writer (the lock) or the run already there, no traceback;
@@ -53,6 +55,8 @@ LOCKED = "another process is writing this run directory"
 ALREADY = "already holds a run"
 STEPS = 60  # apply x apply, resume x resume (from step 30); apply x export resumes to 90
 LONGER = 90
+#: A pairing without overlap is run again at half the offset; the last try starts both at once.
+MAX_TRIES = 6
 PIPELINE_STEPS = 4
 
 
@@ -255,13 +259,17 @@ def _writers(kind: str, s: Setup, target: Path) -> list[list[str]]:
     ]
 
 
-def run_pairing(kind: str, offset_s: float, s: Setup, target: Path) -> Pairing:
+def run_pairing(kind: str, offset_s: float, s: Setup, target: Path) -> Pairing | None:
+    """Writer A, then B after ``offset_s``; None when A ended before B was due (no overlap)."""
     pairing = Pairing(kind, offset_s)
     argvs = _writers(kind, s, target)
-    procs = []
+    procs: list[subprocess.Popen] = []
     for i, argv in enumerate(argvs):
         if i:
             time.sleep(offset_s)
+            if procs[0].poll() is not None:
+                procs[0].communicate()
+                return None
         writer = Writer(argv, started_at=time.monotonic())
         procs.append(
             subprocess.Popen(
@@ -372,8 +380,14 @@ def harness(pairings: int, seed: int, scratch: Path) -> dict:
         offset = rng.uniform(0.0, s.alone_s[kind] / 2)
         target = scratch / "pairings" / f"{i:03d}"
         target.parent.mkdir(exist_ok=True)
-        pairing = run_pairing(kind, offset, s, target)
-        results.append(pairing.record())
+        tries = 1
+        while (pairing := run_pairing(kind, offset, s, target)) is None:
+            if tries == MAX_TRIES:
+                raise RuntimeError(f"{kind}: writer A ended before B started, even at 0 s")
+            tries += 1  # writer A had ended: again, sooner, in a directory of its own
+            offset = offset / 2 if tries < MAX_TRIES else 0.0
+            target = scratch / "pairings" / f"{i:03d}-{tries}"
+        results.append({**pairing.record(), "tries": tries})
         print(
             f"{i + 1:3d} {kind:20s} offset {offset:5.2f} s  "
             f"{'/'.join(pairing.record()['verdicts']):14s} "

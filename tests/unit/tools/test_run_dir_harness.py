@@ -98,6 +98,19 @@ def test_changed_losses_are_corrupt_even_with_every_step_once(tmp_path):
     assert problems == ["metrics.jsonl losses differ from the reference run's"]
 
 
+@pytest.mark.parametrize(("writer_a_s", "overlapped"), [(0.0, False), (3.0, True)])
+def test_a_pairing_whose_first_writer_ended_before_the_second_is_set_aside(
+    tmp_path, monkeypatch, writer_a_s, overlapped
+):
+    # Under load the setup's timing overstates a writer's time, and the second writer may
+    # be due after the first ended: that pairing judges nothing side by side.
+    sleep = [harness.sys.executable, "-c", f"import time; time.sleep({writer_a_s})"]
+    monkeypatch.setattr(harness, "_writers", lambda kind, s, target: [sleep, [*sleep[:2], "0"]])
+    monkeypatch.setattr(harness, "check", lambda kind, writers, s, target: [])
+    pairing = harness.run_pairing("apply x apply", 1.0, setup_stub(tmp_path), tmp_path / "t")
+    assert (pairing is not None) == overlapped
+
+
 @pytest.mark.slow
 def test_one_pairing_of_each_kind_leaves_the_run_directory_clean(tmp_path):
     """The harness end to end (about 70 s): setup, then apply x apply, resume x resume,

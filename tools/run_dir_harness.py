@@ -66,12 +66,16 @@ class Writer:
     returncode: int | None = None
     stderr: str = ""
     started_at: float = 0.0
+    #: Another refusal that is clean for this writer: an export's checkpoint that writer A's
+    #: retention pruned before the export took the lock ("CKPT: not a directory").
+    also_refused: str | None = None
 
     def verdict(self) -> str:
         """ok, refused (cleanly), or bad."""
         if self.returncode == 0 and "Traceback" not in self.stderr:
             return "ok"
-        clean = "Traceback" not in self.stderr and (LOCKED in self.stderr or ALREADY in self.stderr)
+        reasons = [LOCKED, ALREADY, *([self.also_refused] if self.also_refused else [])]
+        clean = "Traceback" not in self.stderr and any(r in self.stderr for r in reasons)
         return "refused" if self.returncode == 1 and clean else "bad"
 
 
@@ -259,6 +263,15 @@ def _writers(kind: str, s: Setup, target: Path) -> list[list[str]]:
     ]
 
 
+def _pruned(kind: str, argv: list[str]) -> str | None:
+    """What an export says of a checkpoint that is gone: writer A took the lock first, ran,
+    pruned it (keep_checkpoints) and let go, all before the export, still importing torch
+    when it was started, asked for the lock. Sequential, not interleaved."""
+    if kind != "apply x export" or "export" not in argv:
+        return None
+    return f"{argv[argv.index('export') + 1]}: not a directory"
+
+
 def run_pairing(kind: str, offset_s: float, s: Setup, target: Path) -> Pairing | None:
     """Writer A, then B after ``offset_s``; None when A ended before B was due (no overlap)."""
     pairing = Pairing(kind, offset_s)
@@ -270,7 +283,7 @@ def run_pairing(kind: str, offset_s: float, s: Setup, target: Path) -> Pairing |
             if procs[0].poll() is not None:
                 procs[0].communicate()
                 return None
-        writer = Writer(argv, started_at=time.monotonic())
+        writer = Writer(argv, started_at=time.monotonic(), also_refused=_pruned(kind, argv))
         procs.append(
             subprocess.Popen(
                 argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
@@ -301,6 +314,8 @@ def check(kind: str, writers: list[Writer], s: Setup, target: Path) -> list[str]
     exported = kind == "apply x export" and writers[1].verdict() == "ok"
     if exported and _tree(target / "export") != s.reference_export:
         problems.append(f"the export is not the reference export of step {STEPS}")
+    if kind == "apply x export" and not exported and (target / "export").exists():
+        problems.append("a refused export left export/ behind")
     return problems
 
 

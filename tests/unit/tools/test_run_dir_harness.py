@@ -98,6 +98,37 @@ def test_changed_losses_are_corrupt_even_with_every_step_once(tmp_path):
     assert problems == ["metrics.jsonl losses differ from the reference run's"]
 
 
+EXPORT = harness.trainer("export", "/r/checkpoints/step-00000060", "--out", "/r/export")
+
+
+def _export_writer(stderr: str) -> harness.Writer:
+    pruned = harness._pruned("apply x export", EXPORT)
+    return harness.Writer(EXPORT, returncode=1, stderr=stderr, also_refused=pruned)
+
+
+def test_an_export_of_a_checkpoint_pruned_before_it_took_the_lock_is_a_clean_refusal(tmp_path):
+    # Writer A took the lock first, extended the run to step 90 and pruned step 60, then let
+    # go; only then did the export ask for the lock: sequential, nothing interleaved.
+    run = fake_run(tmp_path / "run", list(range(1, harness.LONGER + 1)))
+    said = "/r/checkpoints/step-00000060: invalid checkpoint:\n  /r/checkpoints/step-00000060"
+    gone = _export_writer(f"trainer export: error: {said}: not a directory\n")
+    stub = setup_stub(tmp_path)
+    assert harness.check("apply x export", [writer(0), gone], stub, run) == []
+    (run / "export").mkdir()  # but nothing may be left of it
+    assert harness.check("apply x export", [writer(0), gone], stub, run) == [
+        "a refused export left export/ behind"
+    ]
+
+
+def test_not_a_directory_is_no_refusal_for_any_other_writer_or_checkpoint():
+    other = "/r/checkpoints/step-00000063: not a directory"  # a checkpoint it was not given
+    assert _export_writer(other).verdict() == "bad"
+    assert _export_writer("Traceback (most recent call last):\n" + other[:-3]).verdict() == "bad"
+    resume = harness.trainer("apply", "run.yaml", "--resume", "latest")
+    assert harness._pruned("resume x resume", resume) is None
+    assert harness._pruned("apply x export", resume) is None
+
+
 @pytest.mark.parametrize(("writer_a_s", "overlapped"), [(0.0, False), (3.0, True)])
 def test_a_pairing_whose_first_writer_ended_before_the_second_is_set_aside(
     tmp_path, monkeypatch, writer_a_s, overlapped

@@ -13,10 +13,12 @@ Run the example's suite from this directory: ``pytest`` (see README.md).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach the Hub: everything 
 import accelerate
 import torch
 import transformers
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, SequentialSampler
 from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
@@ -57,6 +59,28 @@ def versions() -> dict[str, str]:
         "torch": torch.__version__,
         "transformers_trainer_py_sha256": hashlib.sha256(source).hexdigest(),
     }
+
+
+# ---- what the installed release can do (read from its code, never from its version) --------
+
+#: TrainingArguments' fields in the installed release.
+ARGUMENT_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainingArguments))
+
+
+def logged_loss_decimals() -> int | None:
+    """The decimals Trainer rounds its logged loss to (4.x: ``round(..., 4)``), read from the
+    source of the method that writes ``logs["loss"]``; None when it logs the value as is."""
+    source = inspect.getsource(Trainer._maybe_log_save_evaluate)
+    rounded = re.search(r"""logs\["loss"\]\s*=\s*round\(.*,\s*(\d+)\)""", source)
+    return int(rounded.group(1)) if rounded else None
+
+
+def logged_error(logged: float, exact: float) -> float:
+    """Relative error of a logged loss against the exact value, at the precision the
+    installed Trainer logs: rounding to d decimals is not an error, anything beyond it is."""
+    decimals = logged_loss_decimals()
+    slack = 0.5 * 10.0**-decimals if decimals is not None else 0.0
+    return max(0.0, abs(logged - exact) - slack) / abs(exact)
 
 
 # ---- model ----------------------------------------------------------------------------------
@@ -176,8 +200,12 @@ class Recorder(TrainerCallback):
     * ``lrs[s - 1]``: every param group's lr just before optimizer step s;
     * ``logs``: Trainer's own per-step log dicts (loss, grad_norm, learning_rate, step);
     * with ``watch_grads``: the accumulated gradients before clipping (the last value each
-      parameter's post-accumulate-grad hook saw) and after (``.grad`` in on_pre_optimizer_step,
-      which Trainer calls after clipping and before ``optimizer.step()``).
+      parameter's post-accumulate-grad hook saw) and after (``.grad`` just before
+      ``optimizer.step()``, which Trainer calls after clipping).
+
+    "Just before the step" is a step pre-hook on the torch optimizer Trainer steps (torch's
+    ``Optimizer.register_step_pre_hook``): every release reaches it, where TrainerCallback's
+    ``on_pre_optimizer_step`` (the same moment) is missing from 4.41 and older.
     """
 
     def __init__(self, watch_grads: bool = False):
@@ -188,12 +216,22 @@ class Recorder(TrainerCallback):
         self.post_clip: list[dict[str, torch.Tensor]] = []
         self._latest: dict[str, torch.Tensor] = {}
         self._hooked = False
+        self._step_hook = None
 
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
+    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         if self.watch_grads and not self._hooked:
             for name, p in model.named_parameters():
                 p.register_post_accumulate_grad_hook(self._keeper(name))
             self._hooked = True
+        torch_optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps it
+        self._step_hook = torch_optimizer.register_step_pre_hook(
+            lambda stepped, _args, _kwargs: self._before_step(stepped, model)
+        )
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._step_hook is not None:
+            self._step_hook.remove()
+            self._step_hook = None
 
     def _keeper(self, name: str):
         def keep(p: torch.Tensor) -> None:
@@ -201,7 +239,7 @@ class Recorder(TrainerCallback):
 
         return keep
 
-    def on_pre_optimizer_step(self, args, state, control, optimizer=None, model=None, **kwargs):
+    def _before_step(self, optimizer, model) -> None:
         self.lrs.append([float(g["lr"]) for g in optimizer.param_groups])
         if self.watch_grads:
             self.pre_clip.append(dict(self._latest))
@@ -215,7 +253,9 @@ class Recorder(TrainerCallback):
             self._latest = {}
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "loss" in logs and "grad_norm" in logs:
+        # A step's record: its loss (grad_norm too when clipping is on; 4.x logs none
+        # without clipping). The end-of-training summary logs train_loss, not loss.
+        if logs and "loss" in logs:
             self.logs.append({**logs, "step": state.global_step})
 
 
@@ -230,8 +270,27 @@ class StopAt(TrainerCallback):
             control.should_training_stop = True
 
 
-def make_trainer(model, args: TrainingArguments, data: Dataset, *callbacks) -> Trainer:
-    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=list(callbacks))
+class InOrderTrainer(Trainer):
+    """Trainer taking the training sequences in order: what ``train_sampling_strategy=
+    "sequential"`` asks of a release that has that field, for a release that has not
+    (before 5.x). Only the sampler is chosen; every step is Trainer's own."""
+
+    def _get_train_sampler(self, *args, **kwargs):
+        dataset = args[0] if args else kwargs.get("train_dataset")
+        return SequentialSampler(dataset if dataset is not None else self.train_dataset)
+
+
+def in_order(args: dict) -> tuple[dict, type[Trainer]]:
+    """(arguments, Trainer class) that take the sequences in order on the installed release."""
+    if "train_sampling_strategy" in ARGUMENT_FIELDS:
+        return {**args, "train_sampling_strategy": "sequential"}, Trainer
+    return args, InOrderTrainer
+
+
+def make_trainer(
+    model, args: TrainingArguments, data: Dataset, *callbacks, trainer_class=Trainer
+) -> Trainer:
+    trainer = trainer_class(model=model, args=args, train_dataset=data, callbacks=list(callbacks))
     trainer.remove_callback(PrinterCallback)  # with tqdm off it prints every log dict
     return trainer
 
@@ -286,16 +345,15 @@ class AccumulationResult:
     micro_batch: int  # sequences
     grad_accum: int  # micro-batches per optimizer step
     micro_batch_targets: list[int]  # non-padding targets of each micro-batch
-    loss_relative_error: float  # Trainer's logged loss vs the reference token mean
+    loss_relative_error: float  # Trainer's logged loss vs the reference, at its logged precision
     max_grad_relative_error: float  # worst parameter tensor, relative L2
     grad_tensors: int
 
 
 def accumulation(micro_batch: int, grad_accum: int, sequences: int, seed: int = 0):
     """One optimizer step of Trainer over a global batch of ``sequences`` sequences split into
-    ``grad_accum`` micro-batches (taken in order: train_sampling_strategy "sequential"), in
-    float64, no clipping; its accumulated gradient against one token-mean backward over the
-    whole batch."""
+    ``grad_accum`` micro-batches (taken in order: in_order), in float64, no clipping; its
+    accumulated gradient against one token-mean backward over the whole batch."""
     assert micro_batch * grad_accum == sequences
     spec = TinyLlama()
     data = ToySequences(sequences, 16, spec.vocab_size, seed=seed)
@@ -304,16 +362,17 @@ def accumulation(micro_batch: int, grad_accum: int, sequences: int, seed: int = 
     ref_loss, ref_grads = token_mean_gradients(reference, data.batch(0, sequences))
     recorder = Recorder(watch_grads=True)
     with tempfile.TemporaryDirectory() as out:
-        args = training_args(
-            Path(out),
-            per_device_train_batch_size=micro_batch,
-            gradient_accumulation_steps=grad_accum,
-            max_steps=1,
-            warmup_steps=0,
-            max_grad_norm=0.0,  # no clipping: the gradient is the loss's own
-            train_sampling_strategy="sequential",
+        overrides, trainer_class = in_order(
+            dict(
+                per_device_train_batch_size=micro_batch,
+                gradient_accumulation_steps=grad_accum,
+                max_steps=1,
+                warmup_steps=0,
+                max_grad_norm=0.0,  # no clipping: the gradient is the loss's own
+            )
         )
-        make_trainer(model, args, data, recorder).train()
+        args = training_args(Path(out), **overrides)
+        make_trainer(model, args, data, recorder, trainer_class=trainer_class).train()
     grads = recorder.post_clip[0]
     return AccumulationResult(
         micro_batch=micro_batch,
@@ -321,7 +380,7 @@ def accumulation(micro_batch: int, grad_accum: int, sequences: int, seed: int = 
         micro_batch_targets=[
             targets(data.batch(k * micro_batch, (k + 1) * micro_batch)) for k in range(grad_accum)
         ],
-        loss_relative_error=abs(recorder.logs[0]["loss"] - ref_loss) / ref_loss,
+        loss_relative_error=logged_error(recorder.logs[0]["loss"], ref_loss),
         max_grad_relative_error=max(relative_error(grads[n], ref_grads[n]) for n in ref_grads),
         grad_tensors=len(grads),
     )
@@ -394,6 +453,9 @@ class ResumeResult:
     parameter_values: int
     log_values: int
     checkpoint_files: list[str]
+    #: The exception the resume raised (its type and first line), None when it ran: a resume
+    #: that raises restores nothing, and what it left is compared all the same.
+    resume_error: str | None = None
 
 
 def resume_compare(total_steps: int, stop_points: list[int]) -> list[ResumeResult]:
@@ -421,7 +483,13 @@ def resume_compare(total_steps: int, stop_points: list[int]) -> list[ResumeResul
             files = sorted(p.name for p in checkpoint.iterdir())
             second = Recorder()
             resumed = build_model(spec, seed=99)  # weights must come from the checkpoint
-            make_trainer(resumed, args, data, second).train(resume_from_checkpoint=str(checkpoint))
+            error = None
+            try:
+                make_trainer(resumed, args, data, second).train(
+                    resume_from_checkpoint=str(checkpoint)
+                )
+            except Exception as exc:  # any failure of the resume is the result, named
+                error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
             got = dict(resumed.named_parameters())
             got_logs = [(r["step"], *(r[f] for f in fields)) for r in first.logs + second.logs]
             log_diff = sum(
@@ -440,6 +508,7 @@ def resume_compare(total_steps: int, stop_points: list[int]) -> list[ResumeResul
                     parameter_values=sum(p.numel() for p in want.values()),
                     log_values=len(fields) * len(want_logs),
                     checkpoint_files=files,
+                    resume_error=error,
                 )
             )
     return results

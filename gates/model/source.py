@@ -260,8 +260,10 @@ def _metadata_id(text: str) -> str | None:
     if not isinstance(next(events), MappingStartEvent):
         return None
     value = _value_at(events, ("metadata", "id"))
-    if value is None or value.style is not None:  # quoted: a string whatever it reads as
-        return value.value if value is not None else None
+    if value is None:
+        return None
+    if value.style is not None:  # quoted: a string whatever it reads as
+        return value.value
     tag = y.resolver.resolve(ScalarNode, value.value, value.implicit)
     # What the full load would make of it: plain text, or a date kept as its text.
     return value.value if tag in ("tag:yaml.org,2002:str", "tag:yaml.org,2002:timestamp") else None

@@ -11,11 +11,15 @@ anything new or changed under its run directory; a refusal must also name both s
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from gates.audit.bound_tests import portable
@@ -31,13 +35,41 @@ _TRAINER = (
 )
 MODEL_VOCAB = 50257  # the 370M preset (INV-ARCH-370M-006)
 FINDINGS = 1  # trainer/exit_codes.py: an input that fails its checks, nothing written
+TIMEOUT_S = 900
+POLL_S = 0.05
 
 
 def _trainer(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", _TRAINER, *args],
-        cwd=root, capture_output=True, text=True, timeout=900, check=False,
+        cwd=root, capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
     )  # fmt: skip
+
+
+def _fresh_run(root: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
+    """`trainer` with ``args``, stopped the moment it has started the fresh run whose
+    directory is ``out`` (``out`` exists: started, whatever it would do next). Under a
+    mutant that lets a mismatched 370M run start, the rest of the run (the model built,
+    a step, an evaluation) cost the audit 10-15 s a run and decides nothing. A run that
+    never starts is waited for, as _trainer waits."""
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _TRAINER, *args], cwd=root, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=err, text=True, start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + TIMEOUT_S
+        try:
+            while proc.poll() is None and not out.exists():
+                if time.monotonic() > deadline:
+                    raise subprocess.TimeoutExpired(proc.args, TIMEOUT_S)
+                time.sleep(POLL_S)
+        finally:
+            if proc.poll() is None:  # started (or out of time): the group, its children too
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        err.seek(0)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, "", err.read())
 
 
 def _tokenizer(directory: Path, entries: int) -> Path:
@@ -135,7 +167,7 @@ def mismatched_runs_started(ctx: GateContext) -> Measurement:
             out = root / f"run-{entries}"
             cfg = _config(root / f"370m-{entries}.yaml", shards, tokenizer, out,
                           ["  preset: 370m"])  # fmt: skip
-            done = _trainer(ctx.root, "apply", str(cfg), "--device", "cpu")
+            done = _fresh_run(ctx.root, out, "apply", str(cfg), "--device", "cpu")
             cases[f"370m with {entries} tokens"] = _case(done, None, out, (MODEL_VOCAB, entries))
         # A resume after the tokenizer and shards were replaced by ones of another size.
         tiny = ["  preset: tiny", "  architecture:", "    vocab_size: 512"]

@@ -46,7 +46,13 @@ def token_mean_under_accumulation(ctx: GateContext) -> Measurement:
             "token-mean cross-entropy backward over the whole batch, written from the logits"
         ),
         inputs=_inputs(ctx),
-        parameters={**hf_example.versions(), "splits": [list(s) for s in splits], "seeds": [0, 1]},
+        parameters={
+            **hf_example.versions(),
+            "splits": [list(s) for s in splits],
+            "seeds": [0, 1],
+            # Trainer 4.x rounds its logged loss to 4 decimals: within that, no error.
+            "logged_loss_decimals": hf_example.logged_loss_decimals(),
+        },
         notes="; ".join(
             f"{r.grad_accum} x {r.micro_batch} sequences, targets {r.micro_batch_targets}: grad "
             f"{r.max_grad_relative_error:.2e}, loss {r.loss_relative_error:.2e}"
@@ -79,7 +85,8 @@ def scheduled_lr_applied(ctx: GateContext) -> Measurement:
             f"{MODEL}; transformers.Trainer for {steps} optimizer steps (12 sequences, "
             "micro-batch 2, gradient_accumulation_steps 2), lr_scheduler_type cosine, peak "
             f"{peak}, warmup_steps {warmup}, weight_decay 0.1 (two parameter groups); every "
-            "group's lr read from optimizer.param_groups in on_pre_optimizer_step and compared "
+            "group's lr read from optimizer.param_groups just before optimizer.step() (a step "
+            "pre-hook on the torch optimizer) and compared "
             "(relative 1e-12) with get_cosine_schedule_with_warmup's documented formula; the "
             "logged learning_rate compared with the lr applied"
         ),
@@ -114,7 +121,7 @@ def grad_norm_before_clipping(ctx: GateContext) -> Measurement:
             f"micro-batch 2, gradient_accumulation_steps 2), max_grad_norm {clip}; the logged "
             "grad_norm against the float64 global L2 norm of the accumulated gradients as the "
             "last post-accumulate-grad hook saw them (before clipping), and the gradients at "
-            "on_pre_optimizer_step against pre-clip * min(1, clip / (norm + 1e-6))"
+            "optimizer.step() against pre-clip * min(1, clip / (norm + 1e-6))"
         ),
         inputs=_inputs(ctx),
         parameters={**hf_example.versions(), "steps": steps, "max_grad_norm": clip},
@@ -139,6 +146,7 @@ def bitwise_resume(ctx: GateContext) -> Measurement:
                 "values",
             ),
             "resumes": (len(results), "runs"),
+            "resumes_that_raised": (sum(r.resume_error is not None for r in results), "runs"),
             "parameter_values_compared_per_resume": (results[0].parameter_values, "values"),
             "log_values_compared_per_resume": (results[0].log_values, "values"),
             "checkpoint_files_written_by_torch_save": (len(pickled), "files"),
@@ -164,6 +172,7 @@ def bitwise_resume(ctx: GateContext) -> Measurement:
             "; ".join(
                 f"K={r.stop_at}: {r.differing_parameter_values} parameter and "
                 f"{r.differing_log_values} log values differ"
+                + (f" (the resume raised {r.resume_error})" if r.resume_error else "")
                 for r in results
             )
             + f". Checkpoints hold {', '.join(pickled)} written by torch.save (pickle) beside "

@@ -27,6 +27,7 @@ virtualenv itself, not from what was asked.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -38,8 +39,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gates import mutants  # noqa: E402
 from gates.io.files import atomic_write_text  # noqa: E402
 from gates.provenance.evidence import host_info  # noqa: E402
+from gates.service import usable_contracts  # noqa: E402
 
 DEFAULT_VENVS = ROOT / ".cache" / "shipgate" / "version-matrix"
 #: What a gate check needs beside the package under test and this repository.
@@ -96,19 +99,16 @@ def installed(python: Path) -> dict[str, str | None]:
 
 
 def gate_ids(example: Path) -> list[tuple[str, Path]]:
-    """(gate id, contract path relative to the example) of every gate of its contracts."""
-    from gates.model.source import read_yaml  # noqa: PLC0415
-
-    found = []
-    for path in sorted((example / "contracts").glob("*.yaml")):
-        data = read_yaml(path).data
-        found += [(g["id"], path.relative_to(example)) for g in data.get("gates", [])]
-    return found
+    """(gate id, contract path relative to the example) of every gate of its contracts, read
+    as `gates check` reads them: validated together (gates.service), refused when invalid."""
+    paths = sorted((example / "contracts").glob("*.yaml"))
+    contracts = usable_contracts(paths, root=example, remeasuring=True).contracts
+    return [(g.id, c.path.resolve().relative_to(example)) for c in contracts for g in c.gates]
 
 
 def check_gate(python: Path, example: Path, gate: str, contract: Path, out: Path) -> dict:
     """One `gates check` of ``gate`` with the release's python: its verdict and values."""
-    env = {k: v for k, v in os.environ.items() if k != "SHIPGATE_MUTANT"}
+    env = {k: v for k, v in os.environ.items() if k != mutants.ENV_VAR}
     env["HF_HUB_OFFLINE"] = "1"
     argv = [str(python), "-m", "gates.cli.gates", "check", gate, "--out", str(out)]
     started = time.perf_counter()
@@ -184,8 +184,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--venvs", type=Path, default=DEFAULT_VENVS)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    import torch  # noqa: PLC0415 - the torch every release is measured beside
-
     example = args.example.resolve()
     causes = json.loads(args.causes.read_text(encoding="utf-8")) if args.causes else {}
     if args.explain_only:
@@ -198,8 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     environments: dict[str, dict] = {}
     scratch = args.venvs / "out"
     scratch.mkdir(parents=True, exist_ok=True)
+    # Every release is measured beside the torch this interpreter has (its CPU wheel).
+    torch_version = importlib.metadata.version("torch").split("+")[0]
     for version in args.versions:
-        torch_version = torch.__version__.split("+")[0]
         python = ensure_venv(args.venvs, args.package, version, torch_version, tuple(args.extra))
         environments[version] = installed(python)
         for gate, contract in gates:

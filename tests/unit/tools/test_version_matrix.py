@@ -4,11 +4,10 @@ every verdict but PASS carries its cause or says it has none; the whole run, end
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 import sys
-
-import torch
 
 from tools import version_matrix
 from tools.version_matrix import TOOLS
@@ -73,7 +72,8 @@ def test_a_whole_run_on_the_scaffold_records_each_release_and_gate(tmp_path):
         python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
         python.chmod(0o755)
         # filled as the tool fills it: its requirements, so it is reused, never refilled
-        wanted = [f"pytest=={version}", f"torch=={torch.__version__.split('+')[0]}", *TOOLS]
+        torch_version = importlib.metadata.version("torch").split("+")[0]
+        wanted = [f"pytest=={version}", f"torch=={torch_version}", *TOOLS]
         (bin_dir.parent / ".filled").write_text("\n".join(wanted) + "\n")
     out = tmp_path / "matrix.json"
     causes = tmp_path / "causes.json"

@@ -839,6 +839,9 @@ def run_benchmark(
         "safetensors": safetensors.__version__,
         "machine": {
             "cpu_count": os.cpu_count(),
+            # What this process may run on (taskset, a container's cpuset): the hashing
+            # rate that bounds a load is this many cores', whatever cpu_count says.
+            "cpu_affinity": sorted(os.sched_getaffinity(0)),
             "torch_threads": torch.get_num_threads(),
             "platform": platform.platform(),
             "python": platform.python_version(),
@@ -936,6 +939,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--commit", help="the commit measured, where this tree's git cannot tell")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -958,7 +962,10 @@ def main(argv: list[str] | None = None) -> int:
         ["python", "tools/bench_checkpoint.py", *(sys.argv[1:] if argv is None else argv)]
     )
     result["host"] = host_info()
-    result["git"] = git_info(ROOT)
+    if args.commit:  # a device machine's copy of the tree may carry another git history
+        result["git"] = {"commit": args.commit, "dirty": None, "note": "as given by --commit"}
+    else:
+        result["git"] = git_info(ROOT)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")

@@ -20,11 +20,21 @@ model FLOPs (trainer/plan/flops.py, 6N + 12LHT per token) over the device's dens
 
 The micro-batch defaults to 16 x 1024 tokens: what a 370M model trains with on one 80 GB
 card (the 24 GB config's micro-batch of 4 leaves an H100 mostly idle).
+
+Variants, to find where the time goes before the loop is changed (each is named in the
+evidence): ``--adamw fused`` (one fused kernel per parameter group instead of the loop's
+foreach default, both sides), ``--compile-loss`` (the loss's float32 cross-entropy,
+trainer/train/loss.py ``_token_losses``, compiled too instead of run eagerly on the
+[tokens, vocab] logits, both sides), ``--sides ours`` (no HF twin: a variant's cost alone),
+``--profile FILE`` (torch.profiler over three more steps of ours: the kernel table, and the
+device time grouped into matrix products, attention, optimizer, compiled fusions and the
+rest, in the evidence).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import json
@@ -33,6 +43,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +125,91 @@ def adamw_like_ours(model: nn.Module, ours: nn.Module, hyper: Any) -> torch.opti
     )
 
 
+def with_implementation(adamw: torch.optim.AdamW, implementation: str) -> torch.optim.AdamW:
+    """``adamw`` as is ("foreach": PyTorch's default, the loop's), or the same groups and
+    hyperparameters in one fused kernel per group ("fused")."""
+    if implementation == "foreach":
+        return adamw
+    groups = [{**group, "foreach": None, "fused": True} for group in adamw.param_groups]
+    return torch.optim.AdamW(groups, fused=True)
+
+
+@contextlib.contextmanager
+def compiled_loss(enabled: bool, backend: str) -> Iterator[None]:
+    """While open, the loop's per-token cross-entropy (loss._token_losses, which
+    accumulate_gradients calls by name) runs through torch.compile."""
+    if not enabled:
+        yield
+        return
+    eager = loss._token_losses
+    loss._token_losses = torch.compile(eager, backend=backend)
+    try:
+        yield
+    finally:
+        loss._token_losses = eager
+
+
+#: Kernel-name fragments by what the kernel does; the first group that matches counts it.
+KERNEL_GROUPS = (
+    ("attention", ("flash", "fmha", "attention", "sdpa")),
+    ("matrix products", ("gemm", "nvjet", "xmma", "cutlass", "wgmma", "matmul", "::mm", "addmm")),
+    ("optimizer", ("adam", "multi_tensor", "foreach", "norm_kernel")),
+    ("compiled fusions", ("triton",)),
+)
+
+
+def kernel_group(name: str) -> str:
+    lowered = name.lower()
+    for group, fragments in KERNEL_GROUPS:
+        if any(fragment in lowered for fragment in fragments):
+            return group
+    return "other"
+
+
+def profile_steps(
+    step: Any, steps: list[list], device: torch.device, table_path: Path
+) -> dict[str, Any]:
+    """Run ``step`` over ``steps`` under torch.profiler; write the op table to ``table_path``
+    and return the device (or, on a CPU, self CPU) time per kernel group, in seconds."""
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+    on_cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+    with profile(activities=activities) as prof:
+        for micro_batches in steps:
+            step(micro_batches)
+        _sync(device)
+    averages = prof.key_averages()
+    sort_by = "self_device_time_total" if on_cuda else "self_cpu_time_total"
+    table_path.parent.mkdir(parents=True, exist_ok=True)
+    table_path.write_text(averages.table(sort_by=sort_by, row_limit=60) + "\n")
+    groups: dict[str, float] = {}
+    top: list[tuple[float, str]] = []
+    for event in averages:
+        if on_cuda:
+            micros = getattr(event, "self_device_time_total", None)
+            if micros is None:
+                micros = event.self_cuda_time_total
+            if event.device_type != torch.autograd.DeviceType.CUDA:
+                continue
+        else:
+            micros = event.self_cpu_time_total
+        if micros <= 0:
+            continue
+        group = kernel_group(event.key)
+        groups[group] = groups.get(group, 0.0) + micros / 1e6
+        top.append((micros / 1e6, event.key))
+    top.sort(reverse=True)
+    return {
+        "steps": len(steps),
+        "clock": "device (CUDA kernels)" if on_cuda else "self CPU time of ops",
+        "seconds_by_group": dict(sorted(groups.items(), key=lambda kv: -kv[1])),
+        "seconds_total": sum(groups.values()),
+        "top_kernels": [{"name": name[:160], "seconds": s} for s, name in top[:15]],
+        "table": table_path.name,
+    }
+
+
 def batches(cfg: LlamaConfig, shape: Shape, steps: int, device: torch.device) -> list[list]:
     """Random-token (inputs, targets) micro-batches for ``steps`` steps, on ``device``."""
     generator = torch.Generator().manual_seed(0)
@@ -132,6 +228,25 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def training_step(
+    model: nn.Module,
+    adamw: torch.optim.Optimizer,
+    *,
+    autocast: torch.dtype | None,
+    grad_clip: float,
+) -> Any:
+    """One optimizer step over a list of micro-batches, as the loop takes it; its loss."""
+
+    def step(micro_batches: list) -> float:
+        adamw.zero_grad(set_to_none=True)
+        step_loss, _ = loss.accumulate_gradients(model, micro_batches, autocast=autocast)
+        optim.clip_gradients(model.parameters(), grad_clip)
+        adamw.step()
+        return step_loss
+
+    return step
+
+
 def time_side(
     model: nn.Module,
     adamw: torch.optim.Optimizer,
@@ -145,6 +260,7 @@ def time_side(
     """Take every step of ``steps``: the first ``warmup`` untimed as a whole, the rest one
     by one. Losses, warm-up seconds and the timed steps' seconds."""
     losses, seconds = [], []
+    step = training_step(model, adamw, autocast=autocast, grad_clip=grad_clip)
     _sync(device)
     warm_started = time.perf_counter()
     for index, micro_batches in enumerate(steps):
@@ -152,10 +268,7 @@ def time_side(
             _sync(device)
             warmup_s = time.perf_counter() - warm_started
         started = time.perf_counter()
-        adamw.zero_grad(set_to_none=True)
-        step_loss, _ = loss.accumulate_gradients(model, micro_batches, autocast=autocast)
-        optim.clip_gradients(model.parameters(), grad_clip)
-        adamw.step()
+        step_loss = step(micro_batches)
         _sync(device)
         if index >= warmup:
             seconds.append(time.perf_counter() - started)
@@ -208,24 +321,29 @@ def run_side(
         if side == "ours"
         else adamw_like_ours(model, ours, hyper)
     )  # fmt: skip
+    adamw = with_implementation(adamw, args.adamw)
     if side != "ours":
         del ours  # HF holds its own copy; ours would count in HF's peak memory
     # As the loop does: the compiled module holds the model's parameters.
     forward: nn.Module = torch.compile(model, backend=args.backend) if args.compile else model
-    timed = time_side(
-        forward,
-        adamw,
-        data,
-        warmup=args.warmup,
-        autocast=torch.bfloat16 if args.precision == "bf16" else None,
-        grad_clip=hyper.grad_clip,
-        device=device,
-    )
-    result = summarize(timed, shape, flops_per_token(cfg, shape.seq_len), args.peak)
-    result["peak_memory_bytes"] = (
-        torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    )
-    result["parameters"] = sum(p.numel() for p in model.parameters())
+    autocast = torch.bfloat16 if args.precision == "bf16" else None
+    with compiled_loss(args.compile_loss, args.backend):
+        timed = time_side(
+            forward, adamw, data, warmup=args.warmup, autocast=autocast,
+            grad_clip=hyper.grad_clip, device=device,
+        )  # fmt: skip
+        result = summarize(timed, shape, flops_per_token(cfg, shape.seq_len), args.peak)
+        result["peak_memory_bytes"] = (
+            torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+        )
+        result["parameters"] = sum(p.numel() for p in model.parameters())
+        if args.profile and side == "ours":
+            step = training_step(forward, adamw, autocast=autocast, grad_clip=hyper.grad_clip)
+            try:
+                result["profile"] = profile_steps(step, data[:3], device, args.profile)
+            except Exception as exc:  # the timings stand; the evidence says what failed
+                result["profile"] = {"error": f"{type(exc).__name__}: {exc}"}
+                print(f"gpu_bench: profiling failed: {exc!r}", file=sys.stderr)
     return result
 
 
@@ -253,6 +371,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--precision", choices=("bf16", "fp32"), default="bf16",
                     help="bf16: the forward under autocast, as the loop on CUDA")  # fmt: skip
     ap.add_argument("--no-compile", dest="compile", action="store_false")
+    ap.add_argument("--adamw", choices=("foreach", "fused"), default="foreach",
+                    help="AdamW's implementation on both sides (foreach: the loop's)")  # fmt: skip
+    ap.add_argument("--compile-loss", action="store_true",
+                    help="compile the float32 cross-entropy too (both sides)")  # fmt: skip
+    ap.add_argument("--sides", choices=("both", "ours"), default="both",
+                    help="ours: our model alone (no HF comparison)")  # fmt: skip
+    ap.add_argument("--profile", type=Path,
+                    help="profile three more steps of ours; the op table goes here")  # fmt: skip
     ap.add_argument("--backend", default="inductor",
                     help="torch.compile's (aot_eager needs no C++ compiler)")  # fmt: skip
     ap.add_argument("--peak-flops", type=float, help="the device's dense bf16 peak FLOP/s "
@@ -284,22 +410,28 @@ def main(argv: list[str] | None = None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = True  # fp32 matmuls outside autocast (both sides)
     data = batches(cfg, shape, args.warmup + args.steps, device)
     sides = {}
-    for side in SIDES:
+    for side in SIDES if args.sides == "both" else ("ours",):
         sides[side] = run_side(side, cfg, shape, data, args=args, device=device)
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    ours, theirs = sides["ours"], sides["hf"]
-    relative = abs(ours["first_loss"] - theirs["first_loss"]) / abs(theirs["first_loss"])
-    agree = relative <= LOSS_AGREEMENT[args.precision]
+    ours, theirs = sides["ours"], sides.get("hf")
+    relative = agree = None
+    if theirs is not None:
+        relative = abs(ours["first_loss"] - theirs["first_loss"]) / abs(theirs["first_loss"])
+        agree = relative <= LOSS_AGREEMENT[args.precision]
     result = {
         "workload": "training steps of the model on random tokens (forward under autocast, "
         "cross-entropy, backward, clip, AdamW), ours and transformers' LlamaForCausalLM with "
-        "the same weights and batches, one side after the other",
+        "the same weights and batches, one side after the other"
+        if theirs is not None
+        else "training steps of our model on random tokens (forward under autocast, "
+        "cross-entropy, backward, clip, AdamW); no HF side in this run (--sides ours)",
         "model": {"preset": args.preset, **dataclasses.asdict(cfg)},
         "shape": dataclasses.asdict(shape) | {"tokens_per_step": shape.tokens_per_step},
         "precision": args.precision,
         "compile": args.backend if args.compile else None,
+        "variant": {"adamw": args.adamw, "compile_loss": args.compile_loss},
         "attention": "SDPA (ours: trainer/model/llama.py; HF: attn_implementation sdpa)",
         "steps": {"warmup": args.warmup, "timed": args.steps},
         "flops_per_token": flops_per_token(cfg, args.seq_len),
@@ -308,10 +440,14 @@ def main(argv: list[str] | None = None) -> int:
         "sides": sides,
         "first_loss_relative_difference": relative,
         "first_losses_agree": agree,
-        "ours_over_hf_tokens_per_s": ours["tokens_per_s"] / theirs["tokens_per_s"],
+        "ours_over_hf_tokens_per_s": None
+        if theirs is None
+        else ours["tokens_per_s"] / theirs["tokens_per_s"],
         "goals": {
             "mfu_at_least_45_percent": None if ours["mfu"] is None else ours["mfu"] >= 0.45,
-            "faster_than_hf": ours["tokens_per_s"] > theirs["tokens_per_s"],
+            "faster_than_hf": None
+            if theirs is None
+            else ours["tokens_per_s"] > theirs["tokens_per_s"],
         },
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "versions": _versions(),
@@ -328,12 +464,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
-    for side in SIDES:
-        s = sides[side]
+    for side, s in sides.items():
         shown = "" if s["mfu"] is None else f", MFU {s['mfu']:.1%}"
         print(f"{side}: {s['tokens_per_s']:,.0f} tokens/s{shown}, compile+warm-up "
               f"{s['warmup_s']:.1f} s, first loss {s['first_loss']:.4f}")  # fmt: skip
-    if not agree:
+    if agree is False:
         print(f"gpu_bench: first-step losses differ by {relative:.2e} relative (allowed "
               f"{LOSS_AGREEMENT[args.precision]:.0e}): the two sides are not the same model",
               file=sys.stderr)  # fmt: skip

@@ -18,23 +18,21 @@ is reported; the sides run one after the other so each one's peak memory is its 
 model FLOPs (trainer/plan/flops.py, 6N + 12LHT per token) over the device's dense bf16 peak
 (the datasheet table there, or ``--peak-flops``); no MFU without a known peak.
 
-The micro-batch defaults to 16 x 1024 tokens: what a 370M model trains with on one 80 GB
-card (the 24 GB config's micro-batch of 4 leaves an H100 mostly idle).
+The micro-batch defaults to 32 x 1024 tokens: a 370M model on one 80 GB card or more (45 GB
+at peak on an H200); the 24 GB config's micro-batch of 4 leaves an H100 mostly idle, and on
+an H200 16 x 1024 reached 37.5 % MFU where 32 x 1024 reached 41.0 %.
 
-Variants, to find where the time goes before the loop is changed (each is named in the
-evidence): ``--adamw fused`` (one fused kernel per parameter group instead of the loop's
-foreach default, both sides), ``--compile-loss`` (the loss's float32 cross-entropy,
-trainer/train/loss.py ``_token_losses``, compiled too instead of run eagerly on the
-[tokens, vocab] logits, both sides), ``--sides ours`` (no HF twin: a variant's cost alone),
-``--profile FILE`` (torch.profiler over three more steps of ours: the kernel table, and the
-device time grouped into matrix products, attention, optimizer, compiled fusions and the
-rest, in the evidence).
+As the loop does, the per-token loss is compiled beside the model
+(``torch.compile(loss.token_losses)``) and AdamW is PyTorch's fused one on CUDA
+(optim.build_adamw); the HF side gets the same loss and the same AdamW. ``--sides ours``
+times our model alone; ``--profile FILE`` runs torch.profiler over three more steps of ours
+and puts the device time grouped into matrix products, attention, optimizer, compiled
+fusions and the rest in the evidence (the op table in FILE).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import gc
 import json
@@ -43,7 +41,6 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -107,9 +104,12 @@ def hf_twin(ours: nn.Module, cfg: LlamaConfig, device: torch.device) -> nn.Modul
     return HfLogits(theirs)
 
 
-def adamw_like_ours(model: nn.Module, ours: nn.Module, hyper: Any) -> torch.optim.AdamW:
+def adamw_like_ours(
+    model: nn.Module, ours: nn.Module, hyper: Any, *, fused: bool | None = None
+) -> torch.optim.AdamW:
     """AdamW over ``model`` with the groups trainer/train/optim.py gives ``ours``, by name
-    (HF's RMSNorm is not ours, so its rule cannot be asked of HF's modules directly)."""
+    (HF's RMSNorm is not ours, so its rule cannot be asked of HF's modules directly), and
+    ``fused`` as build_adamw chose it for ``ours``."""
     decay_names = {name for name, _ in optim.param_groups(ours)[optim.DECAY]}
     decay, no_decay = [], []
     for name, param in model.named_parameters():
@@ -123,30 +123,6 @@ def adamw_like_ours(model: nn.Module, ours: nn.Module, hyper: Any) -> torch.opti
         betas=(hyper.beta1, hyper.beta2),
         eps=hyper.eps,
     )
-
-
-def with_implementation(adamw: torch.optim.AdamW, implementation: str) -> torch.optim.AdamW:
-    """``adamw`` as is ("foreach": PyTorch's default, the loop's), or the same groups and
-    hyperparameters in one fused kernel per group ("fused")."""
-    if implementation == "foreach":
-        return adamw
-    groups = [{**group, "foreach": None, "fused": True} for group in adamw.param_groups]
-    return torch.optim.AdamW(groups, fused=True)
-
-
-@contextlib.contextmanager
-def compiled_loss(enabled: bool, backend: str) -> Iterator[None]:
-    """While open, the loop's per-token cross-entropy (loss._token_losses, which
-    accumulate_gradients calls by name) runs through torch.compile."""
-    if not enabled:
-        yield
-        return
-    eager = loss._token_losses
-    loss._token_losses = torch.compile(eager, backend=backend)
-    try:
-        yield
-    finally:
-        loss._token_losses = eager
 
 
 #: Kernel-name fragments by what the kernel does; the first group that matches counts it.
@@ -186,6 +162,8 @@ def profile_steps(
     groups: dict[str, float] = {}
     top: list[tuple[float, str]] = []
     for event in averages:
+        if getattr(event, "is_user_annotation", False) or event.key.startswith("Optimizer."):
+            continue  # a range over kernels (Optimizer.step#AdamW.step), not a kernel
         if on_cuda:
             micros = getattr(event, "self_device_time_total", None)
             if micros is None:
@@ -234,12 +212,15 @@ def training_step(
     *,
     autocast: torch.dtype | None,
     grad_clip: float,
+    losses: loss.TokenLosses | None,
 ) -> Any:
     """One optimizer step over a list of micro-batches, as the loop takes it; its loss."""
 
     def step(micro_batches: list) -> float:
         adamw.zero_grad(set_to_none=True)
-        step_loss, _ = loss.accumulate_gradients(model, micro_batches, autocast=autocast)
+        step_loss, _ = loss.accumulate_gradients(
+            model, micro_batches, autocast=autocast, losses=losses
+        )
         optim.clip_gradients(model.parameters(), grad_clip)
         adamw.step()
         return step_loss
@@ -255,12 +236,13 @@ def time_side(
     warmup: int,
     autocast: torch.dtype | None,
     grad_clip: float,
+    losses: loss.TokenLosses | None,
     device: torch.device,
 ) -> dict[str, Any]:
     """Take every step of ``steps``: the first ``warmup`` untimed as a whole, the rest one
     by one. Losses, warm-up seconds and the timed steps' seconds."""
-    losses, seconds = [], []
-    step = training_step(model, adamw, autocast=autocast, grad_clip=grad_clip)
+    step_losses, seconds = [], []
+    step = training_step(model, adamw, autocast=autocast, grad_clip=grad_clip, losses=losses)
     _sync(device)
     warm_started = time.perf_counter()
     for index, micro_batches in enumerate(steps):
@@ -272,8 +254,8 @@ def time_side(
         _sync(device)
         if index >= warmup:
             seconds.append(time.perf_counter() - started)
-        losses.append(step_loss)
-    return {"losses": losses, "warmup_s": warmup_s, "step_s": seconds}
+        step_losses.append(step_loss)
+    return {"losses": step_losses, "warmup_s": warmup_s, "step_s": seconds}
 
 
 def mfu(tokens_per_s: float, per_token: float, peak: float | None) -> float | None:
@@ -312,38 +294,39 @@ def run_side(
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     ours = build_model(cfg, device=device, seed=0)
-    model = ours if side == "ours" else hf_twin(ours, cfg, device)
-    adamw = (
-        optim.build_adamw(
-            ours, lr=hyper.lr, betas=(hyper.beta1, hyper.beta2), eps=hyper.eps,
-            weight_decay=hyper.weight_decay,
-        )
-        if side == "ours"
-        else adamw_like_ours(model, ours, hyper)
+    adamw = optim.build_adamw(
+        ours, lr=hyper.lr, betas=(hyper.beta1, hyper.beta2), eps=hyper.eps,
+        weight_decay=hyper.weight_decay,
     )  # fmt: skip
-    adamw = with_implementation(adamw, args.adamw)
+    model = ours
     if side != "ours":
+        model = hf_twin(ours, cfg, device)
+        adamw = adamw_like_ours(model, ours, hyper, fused=adamw.defaults["fused"])
         del ours  # HF holds its own copy; ours would count in HF's peak memory
-    # As the loop does: the compiled module holds the model's parameters.
+    # As the loop does: the compiled module holds the model's parameters, and the loss
+    # is compiled beside it.
     forward: nn.Module = torch.compile(model, backend=args.backend) if args.compile else model
+    losses = torch.compile(loss.token_losses, backend=args.backend) if args.compile else None
     autocast = torch.bfloat16 if args.precision == "bf16" else None
-    with compiled_loss(args.compile_loss, args.backend):
-        timed = time_side(
-            forward, adamw, data, warmup=args.warmup, autocast=autocast,
-            grad_clip=hyper.grad_clip, device=device,
-        )  # fmt: skip
-        result = summarize(timed, shape, flops_per_token(cfg, shape.seq_len), args.peak)
-        result["peak_memory_bytes"] = (
-            torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    timed = time_side(
+        forward, adamw, data, warmup=args.warmup, autocast=autocast,
+        grad_clip=hyper.grad_clip, losses=losses, device=device,
+    )  # fmt: skip
+    result = summarize(timed, shape, flops_per_token(cfg, shape.seq_len), args.peak)
+    result["peak_memory_bytes"] = (
+        torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    )
+    result["parameters"] = sum(p.numel() for p in model.parameters())
+    result["adamw_fused"] = bool(adamw.defaults["fused"])
+    if args.profile and side == "ours":
+        step = training_step(
+            forward, adamw, autocast=autocast, grad_clip=hyper.grad_clip, losses=losses
         )
-        result["parameters"] = sum(p.numel() for p in model.parameters())
-        if args.profile and side == "ours":
-            step = training_step(forward, adamw, autocast=autocast, grad_clip=hyper.grad_clip)
-            try:
-                result["profile"] = profile_steps(step, data[:3], device, args.profile)
-            except Exception as exc:  # the timings stand; the evidence says what failed
-                result["profile"] = {"error": f"{type(exc).__name__}: {exc}"}
-                print(f"gpu_bench: profiling failed: {exc!r}", file=sys.stderr)
+        try:
+            result["profile"] = profile_steps(step, data[:3], device, args.profile)
+        except Exception as exc:  # the timings stand; the evidence says what failed
+            result["profile"] = {"error": f"{type(exc).__name__}: {exc}"}
+            print(f"gpu_bench: profiling failed: {exc!r}", file=sys.stderr)
     return result
 
 
@@ -363,7 +346,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, help="write the JSON here")
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (tests)")
     ap.add_argument("--preset", default="370m", help="model preset (370m; tiny for tests)")
-    ap.add_argument("--micro-batch", type=int, default=16)
+    ap.add_argument("--micro-batch", type=int, default=32)
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--grad-accum", type=int, default=1)
     ap.add_argument("--steps", type=int, default=30, help="timed steps per side")
@@ -371,10 +354,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--precision", choices=("bf16", "fp32"), default="bf16",
                     help="bf16: the forward under autocast, as the loop on CUDA")  # fmt: skip
     ap.add_argument("--no-compile", dest="compile", action="store_false")
-    ap.add_argument("--adamw", choices=("foreach", "fused"), default="foreach",
-                    help="AdamW's implementation on both sides (foreach: the loop's)")  # fmt: skip
-    ap.add_argument("--compile-loss", action="store_true",
-                    help="compile the float32 cross-entropy too (both sides)")  # fmt: skip
     ap.add_argument("--sides", choices=("both", "ours"), default="both",
                     help="ours: our model alone (no HF comparison)")  # fmt: skip
     ap.add_argument("--profile", type=Path,
@@ -431,7 +410,9 @@ def main(argv: list[str] | None = None) -> int:
         "shape": dataclasses.asdict(shape) | {"tokens_per_step": shape.tokens_per_step},
         "precision": args.precision,
         "compile": args.backend if args.compile else None,
-        "variant": {"adamw": args.adamw, "compile_loss": args.compile_loss},
+        "loss": "compiled beside the model (torch.compile(loss.token_losses))"
+        if args.compile
+        else "eager",
         "attention": "SDPA (ours: trainer/model/llama.py; HF: attn_implementation sdpa)",
         "steps": {"warmup": args.warmup, "timed": args.steps},
         "flops_per_token": flops_per_token(cfg, args.seq_len),

@@ -106,6 +106,12 @@ def restore_optimizer(
     param_groups = []
     named: dict[str, Any] = {"state": {}, "param_groups": []}
     used: set[str] = set()
+    # "<name>.<key>" grouped by <name> in one pass (the key holds no "."), in file order:
+    # matching every parameter against every tensor cost 20 ms a load on the 370M preset.
+    by_param: dict[str, dict[str, Tensor]] = {}
+    for full, t in tensors.items():
+        name, _, key = full.rpartition(_SEP)
+        by_param.setdefault(name, {})[key] = t
     index = 0
     for saved, live in zip(groups, optimizer.param_groups, strict=True):
         live_names = [names[id(p)] for p in live["params"]]
@@ -116,11 +122,7 @@ def restore_optimizer(
             )
         ids = []
         for name, p in zip(live_names, live["params"], strict=True):
-            entry = {
-                key[len(name) + 1 :]: t
-                for key, t in tensors.items()
-                if key.startswith(name + _SEP) and "." not in key[len(name) + 1 :]
-            }
+            entry = by_param.get(name, {})
             for key, t in entry.items():
                 if key in ("exp_avg", "exp_avg_sq") and t.shape != p.shape:
                     raise CheckpointError(

@@ -307,10 +307,11 @@ def _accumulate(
     micro_batches: list[tuple[Tensor, Tensor]],
     autocast: torch.dtype | None,
     world: distributed.World,
+    losses: loss.TokenLosses | None = None,
 ) -> tuple[float, int]:
     """Backward over the micro-batches: (the global batch's loss, its target count)."""
     if not world.distributed:
-        return loss.accumulate_gradients(model, micro_batches, autocast=autocast)
+        return loss.accumulate_gradients(model, micro_batches, autocast=autocast, losses=losses)
     local = sum(loss.count_targets(targets) for _, targets in micro_batches)
     count = _global_token_count(local, world)
     share, _ = loss.accumulate_gradients(
@@ -319,6 +320,7 @@ def _accumulate(
         autocast=autocast,
         global_count=count,
         defer_sync=lambda: distributed.defer_sync(model),
+        losses=losses,
     )
     return distributed.sum_float(share, world), count  # the shares add up to the mean
 
@@ -374,6 +376,7 @@ def _train_step(
     grad_clip: float | None,
     autocast: torch.dtype | None,
     hooks: Hooks,
+    losses: loss.TokenLosses | None = None,
 ) -> tuple[float, float, int]:
     """One optimizer step; returns (loss, pre-clip grad norm, target tokens).
 
@@ -382,7 +385,7 @@ def _train_step(
     world = distributed.current_world()
     optim.apply_lr(optimizer, lr)
     _zero_grad(optimizer)
-    step_loss, count = _accumulate(model, micro_batches, autocast, world)
+    step_loss, count = _accumulate(model, micro_batches, autocast, world, losses)
     grad_norm = optim.clip_gradients(model.parameters(), grad_clip)
     _update(
         optimizer,
@@ -418,12 +421,15 @@ class _Run:
     stop: checkpointing.StopSignals | None = None
     # With compile: the forward before torch.compile (evaluation, and the fallback).
     eager: nn.Module | None = None
+    # With compile: torch.compile of loss.token_losses (None: eager).
+    losses: loss.TokenLosses | None = None
 
     def compiled_or_eager(self, train_step: Callable[[nn.Module], _T]) -> _T:
         """``train_step(self.forward)``; when that is torch.compile's forward and compiling
-        fails (no C++ compiler, an unsupported op: the first step's forward or backward),
-        one warning, then this step again and the rest of the run eager. Safe to repeat:
-        _train_step zeroes the gradients first and the optimizer had not stepped."""
+        fails (no C++ compiler, an unsupported op: the first step's forward or backward, or
+        the compiled loss), one warning, then this step again and the rest of the run
+        eager. Safe to repeat: _train_step zeroes the gradients first and the optimizer
+        had not stepped."""
         if self.eager is None or self.forward is self.eager:
             return train_step(self.forward)
         try:
@@ -434,7 +440,7 @@ class _Run:
                 type(exc).__name__,
                 str(exc).splitlines()[0] if str(exc) else "",
             )
-            self.forward = self.eager
+            self.forward, self.losses = self.eager, None
             return train_step(self.forward)
 
     def step(self, plan: StepPlan) -> dict:
@@ -462,6 +468,7 @@ class _Run:
                 grad_clip=adamw.grad_clip,
                 autocast=self.autocast,
                 hooks=self.hooks,
+                losses=self.losses,
             )
         )
         if self.device.type == "cuda":
@@ -719,6 +726,7 @@ def _start(
         val_batches=val_batches,
         forward=forward if compiled is None else compiled,
         eager=None if compiled is None else forward,
+        losses=None if compiled is None else torch.compile(loss.token_losses),
         state=state,
         device=device,
         autocast=_autocast_dtype(config),

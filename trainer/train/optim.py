@@ -79,9 +79,12 @@ def build_adamw(
 ) -> torch.optim.AdamW:
     """torch.optim.AdamW over two named groups: "decay" (weight_decay) and "no_decay" (0).
 
-    fused/foreach are left to PyTorch's defaults (foreach on CPU and CUDA).
+    On CUDA the fused implementation (one kernel per group; on an H200 a 370M step's
+    optimizer time went from ~9 to ~3 ms against foreach); elsewhere PyTorch's default
+    (foreach on CPU), which keeps CPU runs bitwise what they were.
     """
     groups = param_groups(model)
+    on_cuda = all(p.device.type == "cuda" for p in model.parameters())
     return torch.optim.AdamW(
         [
             {
@@ -94,6 +97,7 @@ def build_adamw(
         lr=lr,
         betas=betas,
         eps=eps,
+        fused=True if on_cuda else None,
     )
 
 

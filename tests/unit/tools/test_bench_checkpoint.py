@@ -14,6 +14,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+import torch
 
 from tools import bench_checkpoint as bench
 from trainer.checkpoint import load
@@ -160,6 +161,25 @@ def test_a_load_restores_exactly_what_was_saved(tmp_path):
     measured = bench.measure_load(b, checkpoint)
     assert bench.fingerprint(b.model, b.optimizer) == b.expected
     assert 0 < measured["load_hash_s"] < measured["load_s"]  # verification is inside the load
+
+
+def test_the_first_touch_writes_every_page_and_changes_no_value(tmp_path):
+    """A read touch maps a cached page and copies nothing, so it missed the copy-on-write
+    of every AdamW page that the first optimizer step after a resume pays."""
+    b, checkpoint = _tiny_bench(tmp_path)
+    bench.measure_load(b, checkpoint)
+    tensors = [*b.model.parameters(), *bench._state_tensors(b.model, b.optimizer)]
+    with torch.no_grad():  # values a plain rewrite could change (-0.0 + 0 is +0.0), at
+        tensors[0].view(-1)[0] = -0.0  # the elements the touch writes: each page's first
+        tensors[1].view(-1)[0] = float("nan")
+    before = [t._version for t in tensors]
+    snapshot = [t.detach().clone() for t in tensors]
+    bench.first_touch_s(b.model, b.optimizer)
+    written = [t._version > v for t, v in zip(tensors, before, strict=True)]
+    assert all(written), f"{written.count(False)} of {len(written)} tensors were not written"
+    for t, old in zip(tensors, snapshot, strict=True):
+        bits = t.detach().reshape(-1).view(torch.uint8)
+        assert torch.equal(bits, old.reshape(-1).view(torch.uint8)), "a bit changed"
 
 
 def _positive_finite(value: object) -> bool:

@@ -113,3 +113,47 @@ def test_a_sequence_longer_than_the_model_is_refused(tmp_path, capsys):
     assert gpu_bench.main(argv) == 2
     assert not out.exists()
     assert "exceeds the tiny model's 256 positions" in capsys.readouterr().err
+
+
+def test_ours_alone_with_a_profile_reports_where_the_time_went(tmp_path, fresh_dynamo):
+    out, table = tmp_path / "bench.json", tmp_path / "profile.txt"
+    argv = [*TINY, "--backend", "aot_eager", "--steps", "2", "--warmup", "1", "--sides", "ours"]
+    assert gpu_bench.main([*argv, "--profile", str(table), "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert set(result["sides"]) == {"ours"}
+    assert result["ours_over_hf_tokens_per_s"] is None and result["first_losses_agree"] is None
+    assert result["goals"]["faster_than_hf"] is None
+    profile = result["sides"]["ours"]["profile"]
+    assert profile["steps"] == 3 and profile["table"] == table.name
+    assert "aten::" in table.read_text()
+    groups = profile["seconds_by_group"]
+    assert groups["matrix products"] > 0, groups  # a CPU's aten::mm counts as one
+    assert profile["seconds_total"] == pytest.approx(sum(groups.values()))
+    assert not any(k["name"].startswith("Optimizer.") for k in profile["top_kernels"])
+
+
+@pytest.mark.parametrize(
+    ("kernel", "group"),
+    [
+        ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "matrix products"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "matrix products"),
+        ("aten::mm", "matrix products"),
+        ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26", "attention"),
+        (
+            "void at::native::multi_tensor_apply_kernel<FusedOptimizerTensorListMetadata>",
+            "optimizer",
+        ),
+        ("triton_poi_fused__unsafe_view_mul_silu_silu_backward_view_4", "compiled fusions"),
+        ("void at::native::cunn_SoftMaxForward<4, float>", "other"),
+    ],
+)
+def test_kernels_are_grouped_by_what_they_do(kernel, group):
+    assert gpu_bench.kernel_group(kernel) == group
+
+
+def test_hf_gets_the_adamw_implementation_ours_gets(tmp_path, fresh_dynamo):
+    out = tmp_path / "bench.json"
+    argv = [*TINY, "--no-compile", "--steps", "1", "--warmup", "1", "--out", str(out)]
+    assert gpu_bench.main(argv) == 0
+    sides = json.loads(out.read_text())["sides"]
+    assert sides["ours"]["adamw_fused"] is sides["hf"]["adamw_fused"] is False  # a CPU

@@ -18,10 +18,13 @@ first, so a load that restores nothing is caught): it verifies the size, sha256 
 of every file before restoring anything, as a resume does, then restores weights, AdamW state
 and RNGs. The verification (``load_hash_s``) is the load's one read of the files: in
 parallel, each hashed over a private (copy-on-write) mapping of it while the kernel reads
-ahead, and the tensors are then built over those same mappings (as safetensors' load_file
-also maps), so the loader returns before the AdamW tensors' pages are faulted into it;
-that deferred cost is measured right after each load (``load_first_touch_s``) and
-reported beside, not inside, load_s.
+ahead, and the tensors are then built over those same mappings; the weights are copied into
+the model and the AdamW state into the process's own memory. (Until 2026-11-28 the AdamW
+state stayed on the mapping: the loader returned sooner, and the first optimizer step after
+a resume paid a copy-on-write fault for every page, 7-8 s for the 370M on the development
+VM, which a read touch did not show.) Whatever a load leaves for the first step is measured
+right after each load by writing one element of every page (``load_first_touch_s``),
+reported beside load_s and added to it in ``load_plus_first_touch``.
 "raw" is one file of exactly the checkpoint's byte count in the same directory, holding
 the same weight and AdamW bytes (a storage layer that compresses or deduplicates treats both
 sides alike): written with sequential write() calls of ``--write-chunk-kib`` and fsynced,

@@ -140,7 +140,7 @@ def _padding_counted_in_loop_count(patch):
     # (targets.numel(), padding included) as the global count, all-reduced and passed as
     # global_count like the real one - so it also applies in a single process, and the
     # step's loss and gradients shrink by the padding fraction.
-    def counts_padding(model, micro_batches, autocast, world):
+    def counts_padding(model, micro_batches, autocast, world, losses=None):
         local = sum(targets.numel() for _, targets in micro_batches)
         count = distributed.sum_int(local, world)
         share, _ = loss.accumulate_gradients(
@@ -149,6 +149,7 @@ def _padding_counted_in_loop_count(patch):
             autocast=autocast,
             global_count=count,
             defer_sync=(lambda: distributed.defer_sync(model)) if world.distributed else None,
+            losses=losses,
         )
         return distributed.sum_float(share, world), count
 

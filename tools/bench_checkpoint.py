@@ -972,8 +972,11 @@ def main(argv: list[str] | None = None) -> int:
     result["wall_s"] = time.perf_counter() - started
     result["machine"]["load_average_1_5_15"] = {"before": load_before, "after": os.getloadavg()}
     result["captured_at"] = utc_now()
-    result["command"] = " ".join(
-        ["python", "tools/bench_checkpoint.py", *(sys.argv[1:] if argv is None else argv)]
+    from gates.io.machine_paths import portable_command  # noqa: PLC0415
+
+    typed = sys.argv[1:] if argv is None else argv
+    result["command"] = " ".join(  # no machine's paths in evidence (--dir /tmp/x: …/x)
+        portable_command("python", ["tools/bench_checkpoint.py", *typed], ROOT)
     )
     result["host"] = host_info()
     if args.commit:  # a device machine's copy of the tree may carry another git history

@@ -367,13 +367,12 @@ def timed_load(path: Path, model: Llama, optimizer: torch.optim.Optimizer) -> di
 def first_touch_s(model: Llama, optimizer: torch.optim.Optimizer) -> float:
     """Seconds to write one element of every page of every weight and AdamW state tensor.
 
-    The loader hands back the optimizer's tensors on a private (copy-on-write) mapping of
-    optimizer.safetensors (the mapping its verification hashed), so it returns before
-    their pages are faulted in; the first optimizer step after a resume, which writes every
-    moment in place, pays that: a copy of every page. A read touch (what this measured
-    until 2026-11-28) maps the cached page and copies nothing, so it showed 0.03 s where
-    the first step paid 7-8 s on the development VM. ``mul_(1)`` rewrites each element
-    unchanged (-0.0 and NaN included), and the fingerprint checked after proves it.
+    What a load leaves for the first optimizer step after a resume, which writes every
+    moment in place: until 2026-11-28 the loader handed back the AdamW tensors on a private
+    (copy-on-write) mapping of optimizer.safetensors, and that step copied every page. A
+    read touch (what this measured until then) maps the cached page and copies nothing, so
+    it showed 0.03 s where the first step paid 7-8 s on the development VM. ``mul_(1)``
+    rewrites each element unchanged (-0.0 and NaN included); the fingerprint after proves it.
     """
     started = time.perf_counter()
     with torch.no_grad():

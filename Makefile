@@ -18,10 +18,13 @@ PYTEST_JOBS    ?= -n auto --dist worksteal
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The Trainer pack (examples/hf-trainer, a distribution of its own) goes in editable and without
+# its dependencies: the `dev` extra holds them, and its "shipgate" is this repository.
+$(STAMP): pyproject.toml examples/hf-trainer/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(TORCH_PIP_ARGS) '$(TORCH_SPEC)'
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e examples/hf-trainer
 	touch $(STAMP)
 
 # The main job: `trainer pipeline` runs every stage (tokenizer, shards, training, export,

@@ -20,6 +20,8 @@ import math
 import os
 import re
 import tempfile
+import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -287,10 +289,41 @@ def in_order(args: dict) -> tuple[dict, type[Trainer]]:
     return args, InOrderTrainer
 
 
+#: Builds the Trainer a scenario runs from (model, args, train_dataset, callbacks): a
+#: project's own Trainer subclass, collator and optimizer around the model and data the
+#: scenario provides (hf_trainer_pack: the Trainer pack).
+TrainerFactory = Callable[[torch.nn.Module, TrainingArguments, Dataset, list], Trainer]
+
+
 def make_trainer(
-    model, args: TrainingArguments, data: Dataset, *callbacks, trainer_class=Trainer
+    model,
+    args: TrainingArguments,
+    data: Dataset,
+    *callbacks,
+    trainer_class=Trainer,
+    factory: TrainerFactory | None = None,
 ) -> Trainer:
-    trainer = trainer_class(model=model, args=args, train_dataset=data, callbacks=list(callbacks))
+    """``trainer_class`` around the scenario's model, or what ``factory`` builds around it.
+    A factory's Trainer takes the sequences in order like InOrderTrainer when
+    ``trainer_class`` asks for it (a release without ``train_sampling_strategy``): only
+    that instance's sampler is replaced, its class and every step stay the project's."""
+    if factory is None:
+        trainer = trainer_class(
+            model=model, args=args, train_dataset=data, callbacks=list(callbacks)
+        )
+    else:
+        trainer = factory(model, args, data, list(callbacks))
+        if not isinstance(trainer, Trainer):
+            raise TypeError(f"the Trainer factory {factory!r} returned {type(trainer)!r}")
+        if trainer.model is not model:
+            raise ValueError(
+                f"the Trainer factory {factory!r} trains another model: it must train "
+                "the model it is given (the scenario compares that model's gradients)"
+            )
+        if trainer_class is InOrderTrainer:
+            trainer._get_train_sampler = types.MethodType(
+                InOrderTrainer._get_train_sampler, trainer
+            )
     trainer.remove_callback(PrinterCallback)  # with tqdm off it prints every log dict
     return trainer
 
@@ -309,16 +342,20 @@ def cosine_with_warmup(step: int, peak: float, warmup: int, total: int) -> float
     return peak * max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
-def token_mean_gradients(model, batch: dict[str, torch.Tensor]):
+def token_mean_gradients(model, batch: dict[str, torch.Tensor], label_smoothing: float = 0.0):
     """Loss and per-parameter gradients of the token-mean cross-entropy over the non-padding
-    targets of ``batch``, computed here from the logits (not by the model's loss code)."""
+    targets of ``batch``, computed here from the logits (not by the model's loss code); with
+    ``label_smoothing`` ε, torch's smoothed cross-entropy, the rule Trainer's
+    ``label_smoothing_factor`` documents: (1 - ε) NLL + ε mean over the vocabulary of -log p."""
     model.zero_grad(set_to_none=True)
     model.train(False)  # no dropout: the reference of a dropout-free model
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     shift_logits = logits[:, :-1].reshape(-1, logits.shape[-1])
     shift_labels = batch["labels"][:, 1:].reshape(-1)
     keep = shift_labels != IGNORE
-    ce = torch.nn.functional.cross_entropy(shift_logits[keep], shift_labels[keep], reduction="sum")
+    ce = torch.nn.functional.cross_entropy(
+        shift_logits[keep], shift_labels[keep], reduction="sum", label_smoothing=label_smoothing
+    )
     loss = ce / keep.sum()
     loss.backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
@@ -343,50 +380,99 @@ def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
 @dataclass
 class AccumulationResult:
     micro_batch: int  # sequences
-    grad_accum: int  # micro-batches per optimizer step
-    micro_batch_targets: list[int]  # non-padding targets of each micro-batch
+    grad_accum: int  # micro-batches per optimizer step (the configured number)
+    micro_batch_targets: list[int]  # non-padding targets of each micro-batch of this step
     loss_relative_error: float  # Trainer's logged loss vs the reference, at its logged precision
     max_grad_relative_error: float  # worst parameter tensor, relative L2
     grad_tensors: int
+    step: int = 1  # the optimizer step (1-based)
 
 
-def accumulation(micro_batch: int, grad_accum: int, sequences: int, seed: int = 0):
+def accumulation(
+    micro_batch: int,
+    grad_accum: int,
+    sequences: int,
+    seed: int = 0,
+    factory: TrainerFactory | None = None,
+) -> AccumulationResult:
     """One optimizer step of Trainer over a global batch of ``sequences`` sequences split into
     ``grad_accum`` micro-batches (taken in order: in_order), in float64, no clipping; its
     accumulated gradient against one token-mean backward over the whole batch."""
     assert micro_batch * grad_accum == sequences
+    return accumulation_steps(micro_batch, grad_accum, sequences, seed=seed, factory=factory)[0]
+
+
+def accumulation_steps(
+    micro_batch: int,
+    grad_accum: int,
+    sequences: int,
+    *,
+    seed: int = 0,
+    label_smoothing: float = 0.0,
+    factory: TrainerFactory | None = None,
+) -> list[AccumulationResult]:
+    """One epoch of Trainer over ``sequences`` sequences taken in order, in float64, no
+    clipping: micro-batches of ``micro_batch`` sequences, an optimizer step every
+    ``grad_accum`` of them, and a last, shorter window when they do not divide (7 sequences
+    at 1 x 3: windows of 3, 3 and 1 micro-batches). The learning rate is 0, so every step's
+    gradient is taken at the initial weights: each step's accumulated gradient and logged
+    loss against one token-mean (label-smoothed when asked) backward over that window's
+    sequences alone."""
     spec = TinyLlama()
     data = ToySequences(sequences, 16, spec.vocab_size, seed=seed)
     model = build_model(spec, seed=seed, dtype=torch.float64)
     reference = build_model(spec, seed=seed, dtype=torch.float64)
-    ref_loss, ref_grads = token_mean_gradients(reference, data.batch(0, sequences))
+    window = micro_batch * grad_accum
+    starts = range(0, sequences, window)
+    references = [
+        token_mean_gradients(reference, data.batch(s, min(s + window, sequences)), label_smoothing)
+        for s in starts
+    ]
     recorder = Recorder(watch_grads=True)
     with tempfile.TemporaryDirectory() as out:
         overrides, trainer_class = in_order(
             dict(
                 per_device_train_batch_size=micro_batch,
                 gradient_accumulation_steps=grad_accum,
-                max_steps=1,
+                max_steps=len(starts),
+                learning_rate=0.0,  # weights stay put: later windows' references hold
                 warmup_steps=0,
                 max_grad_norm=0.0,  # no clipping: the gradient is the loss's own
+                label_smoothing_factor=label_smoothing,
             )
         )
         args = training_args(Path(out), **overrides)
-        make_trainer(model, args, data, recorder, trainer_class=trainer_class).train()
-    grads = recorder.post_clip[0]
-    return AccumulationResult(
-        micro_batch=micro_batch,
-        grad_accum=grad_accum,
-        micro_batch_targets=[
-            targets(data.batch(k * micro_batch, (k + 1) * micro_batch)) for k in range(grad_accum)
-        ],
-        loss_relative_error=logged_error(recorder.logs[0]["loss"], ref_loss),
-        max_grad_relative_error=max(relative_error(grads[n], ref_grads[n]) for n in ref_grads),
-        grad_tensors=len(grads),
-    )
+        make_trainer(
+            model, args, data, recorder, trainer_class=trainer_class, factory=factory
+        ).train()
+    results = []
+    for step, (start, (ref_loss, ref_grads)) in enumerate(zip(starts, references, strict=True), 1):
+        stop = min(start + window, sequences)
+        taken = step <= len(recorder.post_clip)  # a window Trainer never stepped on: inf
+        grads = recorder.post_clip[step - 1] if taken else {}
+        results.append(
+            AccumulationResult(
+                micro_batch=micro_batch,
+                grad_accum=grad_accum,
+                micro_batch_targets=[
+                    targets(data.batch(k, min(k + micro_batch, stop)))
+                    for k in range(start, stop, micro_batch)
+                ],
+                loss_relative_error=(
+                    logged_error(recorder.logs[step - 1]["loss"], ref_loss) if taken else math.inf
+                ),
+                max_grad_relative_error=max(
+                    relative_error(grads[n], ref_grads[n]) if n in grads else math.inf
+                    for n in ref_grads
+                ),
+                grad_tensors=len(grads),
+                step=step,
+            )
+        )
+    return results
 
 
-def lr_trace(steps: int, warmup: int, peak: float = 1e-2):
+def lr_trace(steps: int, warmup: int, peak: float = 1e-2, factory: TrainerFactory | None = None):
     """Runs ``steps`` optimizer steps; returns the Recorder (lrs per group, logs) and the
     expected lr of each step."""
     spec = TinyLlama()
@@ -394,7 +480,7 @@ def lr_trace(steps: int, warmup: int, peak: float = 1e-2):
     recorder = Recorder()
     with tempfile.TemporaryDirectory() as out:
         args = training_args(Path(out), max_steps=steps, warmup_steps=warmup, learning_rate=peak)
-        make_trainer(build_model(spec), args, data, recorder).train()
+        make_trainer(build_model(spec), args, data, recorder, factory=factory).train()
     expected = [cosine_with_warmup(s, peak, warmup, steps) for s in range(1, steps + 1)]
     return recorder, expected
 
@@ -426,13 +512,15 @@ class NormStep:
     clip_relative_error: float  # post-clip grads vs pre-clip * min(1, clip / (norm + 1e-6))
 
 
-def grad_norm_trace(steps: int, clip: float) -> list[NormStep]:
+def grad_norm_trace(
+    steps: int, clip: float, factory: TrainerFactory | None = None
+) -> list[NormStep]:
     spec = TinyLlama()
     data = ToySequences(12, 16, spec.vocab_size)
     recorder = Recorder(watch_grads=True)
     with tempfile.TemporaryDirectory() as out:
         args = training_args(Path(out), max_steps=steps, max_grad_norm=clip)
-        make_trainer(build_model(spec), args, data, recorder).train()
+        make_trainer(build_model(spec), args, data, recorder, factory=factory).train()
     trace = []
     for s, log in enumerate(recorder.logs, 1):
         pre, post = recorder.pre_clip[s - 1], recorder.post_clip[s - 1]
@@ -458,7 +546,9 @@ class ResumeResult:
     resume_error: str | None = None
 
 
-def resume_compare(total_steps: int, stop_points: list[int]) -> list[ResumeResult]:
+def resume_compare(
+    total_steps: int, stop_points: list[int], factory: TrainerFactory | None = None
+) -> list[ResumeResult]:
     """One uninterrupted run of ``total_steps``; then for each K in ``stop_points`` a run
     interrupted after step K (checkpoint-K written by save_steps=K) and a fresh Trainer on a
     differently initialised model resumed with ``resume_from_checkpoint``. Dropout is on and
@@ -471,21 +561,21 @@ def resume_compare(total_steps: int, stop_points: list[int]) -> list[ResumeResul
         straight = Recorder()
         model = build_model(spec)
         args = training_args(Path(tmp) / "straight", max_steps=total_steps)
-        make_trainer(model, args, data, straight).train()
+        make_trainer(model, args, data, straight, factory=factory).train()
         want = {n: p.detach().clone() for n, p in model.named_parameters()}
         want_logs = [(r["step"], *(r[f] for f in fields)) for r in straight.logs]
         for k in stop_points:
             out = Path(tmp) / f"stop-{k}"
             args = training_args(out, max_steps=total_steps, save_strategy="steps", save_steps=k)
             first = Recorder()
-            make_trainer(build_model(spec), args, data, first, StopAt(k)).train()
+            make_trainer(build_model(spec), args, data, first, StopAt(k), factory=factory).train()
             checkpoint = out / f"checkpoint-{k}"
             files = sorted(p.name for p in checkpoint.iterdir())
             second = Recorder()
             resumed = build_model(spec, seed=99)  # weights must come from the checkpoint
             error = None
             try:
-                make_trainer(resumed, args, data, second).train(
+                make_trainer(resumed, args, data, second, factory=factory).train(
                     resume_from_checkpoint=str(checkpoint)
                 )
             except Exception as exc:  # any failure of the resume is the result, named

@@ -14,16 +14,19 @@ PYTEST_ARGS    ?=
 # PYTEST_JOBS= runs it in one process.
 PYTEST_JOBS    ?= -n auto --dist worksteal
 
-.PHONY: venv demo test test-quick ship-blocking gates-check audit lint clean golden
+.PHONY: venv demo test test-quick ship-blocking gates-check audit lint clean golden framework-alone
 
 venv: $(STAMP)
 
-# The Trainer pack (examples/hf-trainer, a distribution of its own) goes in editable and without
-# its dependencies: the `dev` extra holds them, and its "shipgate" is this repository.
-$(STAMP): pyproject.toml examples/hf-trainer/pyproject.toml
+# Two distributions from this repository: the framework (`shipgate`, pyproject.toml) with the
+# `dev` extra (this repository's tests) and the reference trainer (`shipgate-trainer`,
+# trainer/pyproject.toml), both editable and in one resolve. The Trainer pack
+# (examples/hf-trainer, a distribution of its own) goes in editable and without its
+# dependencies: the `dev` extra holds them, and its "shipgate" is this repository.
+$(STAMP): pyproject.toml trainer/pyproject.toml examples/hf-trainer/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(TORCH_PIP_ARGS) '$(TORCH_SPEC)'
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' -e trainer
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e examples/hf-trainer
 	touch $(STAMP)
 
@@ -95,6 +98,11 @@ audit: $(STAMP)
 	  (cd $$ex && mkdir -p evidence/audit && CI=true $(ABS_BIN)/gates audit \
 	    --files contracts/*.yaml --out evidence/audit/audit.json) || exit 1; \
 	done
+
+# The framework installed alone into a fresh virtualenv (no torch, numpy, matplotlib or trainer):
+# pv init, pv validate, gates check and gates audit on the scaffold. Needs the package registry.
+framework-alone:
+	tools/framework_alone.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

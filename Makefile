@@ -14,7 +14,7 @@ PYTEST_ARGS    ?=
 # PYTEST_JOBS= runs it in one process.
 PYTEST_JOBS    ?= -n auto --dist worksteal
 
-.PHONY: venv demo test test-quick ship-blocking gates-check audit lint clean golden framework-alone
+.PHONY: venv demo test test-quick ship-blocking gates-check audit lint clean golden framework-alone examples-alone
 
 venv: $(STAMP)
 
@@ -99,10 +99,16 @@ audit: $(STAMP)
 	    --files contracts/*.yaml --out evidence/audit/audit.json) || exit 1; \
 	done
 
-# The framework installed alone into a fresh virtualenv (no torch, numpy, matplotlib or trainer):
-# pv init, pv validate, gates check and gates audit on the scaffold. Needs the package registry.
+# Adopters in virtualenvs of their own (tools/adopter_venv.py; each needs the package registry).
+# framework-alone: the framework alone (no torch, numpy, matplotlib or trainer importable), then
+# pv init, pv validate, gates check and gates audit on the scaffold; CI runs it (under a minute).
+# examples-alone: each example with only what its pyproject.toml declares (torch first, the CPU
+# wheel), then its pv validate, suite and every gate; minutes each, so not in CI.
 framework-alone:
-	tools/framework_alone.sh
+	$(PYTHON) tools/adopter_venv.py framework
+
+examples-alone:
+	for ex in $(EXAMPLES); do $(PYTHON) tools/adopter_venv.py $$ex || exit 1; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -4,7 +4,7 @@ pyproject.toml: gates, pv, the pytest plugin) and the reference trainer `shipgat
 it imports but does not declare breaks a fresh install, one it declares but never imports
 (torch in the framework) is weight a user cannot shed. Imports are read from the source (ast),
 function bodies included; module names map to distributions through what is installed here.
-tools/framework_alone.sh proves the framework's side by installing it alone (CI runs it).
+tools/adopter_venv.py proves the framework's side by installing it alone (make framework-alone, CI).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ write the numbers as JSON (issue 6: loop overhead <= 5 % of the bare loop's toke
     python tools/bench_loop.py --out loop.json                       # quickstart-cpu workload
     python tools/bench_loop.py --steps 30 --warmup 3 --repeats 5 --threads 2 --out loop.json
 
-"loop" is trainer.train.loop.train as `trainer apply --max-steps` runs it: the run config
+"loop" is trainer.train.loop.train as `trainer apply --stop-after` runs it: the run config
 (--config) stopped after warm-up + timed steps with its LR schedule kept, on CPU, over
 random token rows instead of its data set, an output directory in a temporary folder (so
 run_manifest.json, metrics.jsonl and training_state.json are written every step, as in a

@@ -106,10 +106,10 @@ def run_benchmark(steps: int, directory: Path | None = None) -> dict[str, Any]:
             )
 
             def files(record: dict = record) -> None:
-                writer.write(record, max_steps=steps)
+                writer.write(record, last_step=steps)
 
             def store(record: dict = record) -> None:
-                recorder.step(record, max_steps=steps)
+                recorder.step(record, last_step=steps)
 
             order = (files, store) if step % 2 == 0 else (store, files)
             for side in order:

@@ -126,15 +126,15 @@ def run_smoke(work: Path) -> dict[str, Any]:
     runs = {name: work / name for name in ("A", "A2", "B", "compiled")}
     for name in ("A", "A2"):
         args = ["apply", str(config), "--out", str(runs[name]), "--device", "cuda"]
-        steps[name] = _trainer([*args, "--max-steps", "200"], logs / f"{name}.log", 120)
+        steps[name] = _trainer([*args, "--stop-after", "200"], logs / f"{name}.log", 120)
     b_args = ["apply", str(config), "--out", str(runs["B"]), "--device", "cuda"]
-    steps["B to 100"] = _trainer([*b_args, "--max-steps", "100"], logs / "B1.log", 120)
+    steps["B to 100"] = _trainer([*b_args, "--stop-after", "100"], logs / "B1.log", 120)
     steps["B resumed to 200"] = _trainer(
-        [*b_args, "--max-steps", "200", "--resume"], logs / "B2.log", 120
+        [*b_args, "--stop-after", "200", "--resume"], logs / "B2.log", 120
     )
     steps["compile"] = _trainer(
         ["apply", str(config), "--out", str(runs["compiled"]), "--device", "cuda", "--compile",
-         "--max-steps", "100"],
+         "--stop-after", "100"],
         logs / "compile.log",
         240,
     )  # fmt: skip

@@ -7,11 +7,11 @@ first writer's, the second's refusal, or untouched? (issue 31, item 7)
 Each pairing starts writer A, waits a seeded random offset, starts writer B on the same
 directory, and waits for both. Kinds, cycled:
 
-- ``apply x apply``: two fresh `trainer apply --max-steps 60` on one --out.
-- ``resume x resume``: two `trainer apply --resume latest --max-steps 60` on a run
+- ``apply x apply``: two fresh `trainer apply --stop-after 60` on one --out.
+- ``resume x resume``: two `trainer apply --resume latest --stop-after 60` on a run
   stopped after step 30.
-- ``pipeline x pipeline``: two `trainer pipeline --max-steps 4 --no-gates` on one --out.
-- ``apply x export``: `trainer apply --resume latest --max-steps 90` on a finished
+- ``pipeline x pipeline``: two `trainer pipeline --stop-after 4 --no-gates` on one --out.
+- ``apply x export``: `trainer apply --resume latest --stop-after 90` on a finished
   60-step run, and `trainer export` of its step-60 checkpoint into the run's own
   ``export/``.
 
@@ -183,20 +183,20 @@ def setup(scratch: Path) -> Setup:
     apply = trainer("apply", str(config), "--device", "cpu", "--out")
     finished, half, longer = scratch / "finished", scratch / "half", scratch / "longer"
     alone = {
-        "apply x apply": _timed(lambda: _run([*apply, str(finished), "--max-steps", str(STEPS)])),
+        "apply x apply": _timed(lambda: _run([*apply, str(finished), "--stop-after", str(STEPS)])),
         "resume x resume": 0.0,
         "apply x export": 0.0,
     }
-    _run([*apply, str(half), "--max-steps", str(STEPS // 2)])
+    _run([*apply, str(half), "--stop-after", str(STEPS // 2)])
     resumed = scratch / "resumed"
     shutil.copytree(half, resumed)
     alone["resume x resume"] = _timed(
-        lambda: _run([*apply, str(resumed), "--resume", "latest", "--max-steps", str(STEPS)])
+        lambda: _run([*apply, str(resumed), "--resume", "latest", "--stop-after", str(STEPS)])
     )
     extended = scratch / "extended"
     shutil.copytree(finished, extended)
     alone["apply x export"] = _timed(
-        lambda: _run([*apply, str(extended), "--resume", "latest", "--max-steps", str(LONGER)])
+        lambda: _run([*apply, str(extended), "--resume", "latest", "--stop-after", str(LONGER)])
     )
     _run([*apply, str(longer)])  # what a run extended to LONGER must be, bit for bit
     export = scratch / "reference-export"
@@ -229,7 +229,7 @@ def _last_checkpoint(run: Path) -> Path:
 
 def _pipeline_args(config: Path, corpus: Path, out: Path) -> list[str]:
     return ["pipeline", "--config", str(config), "--out", str(out), "--input", str(corpus),
-            "--device", "cpu", "--no-gates", "--max-steps", str(PIPELINE_STEPS)]  # fmt: skip
+            "--device", "cpu", "--no-gates", "--stop-after", str(PIPELINE_STEPS)]  # fmt: skip
 
 
 def _losses(run: Path) -> list[float]:
@@ -250,15 +250,15 @@ def _tree(directory: Path) -> dict[str, str]:
 def _writers(kind: str, s: Setup, target: Path) -> list[list[str]]:
     apply = trainer("apply", str(s.config), "--out", str(target), "--device", "cpu")
     if kind == "apply x apply":
-        return [[*apply, "--max-steps", str(STEPS)]] * 2
+        return [[*apply, "--stop-after", str(STEPS)]] * 2
     if kind == "resume x resume":
         shutil.copytree(s.half_run, target, symlinks=True)
-        return [[*apply, "--resume", "latest", "--max-steps", str(STEPS)]] * 2
+        return [[*apply, "--resume", "latest", "--stop-after", str(STEPS)]] * 2
     if kind == "pipeline x pipeline":
         return [trainer(*_pipeline_args(s.config, s.corpus, target))] * 2
     shutil.copytree(s.finished, target, symlinks=True)
     return [
-        [*apply, "--resume", "latest", "--max-steps", str(LONGER)],
+        [*apply, "--resume", "latest", "--stop-after", str(LONGER)],
         trainer("export", str(_last_checkpoint(target)), "--out", str(target / "export")),
     ]
 

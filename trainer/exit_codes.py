@@ -7,7 +7,7 @@ The framework's codes are shared (gates/exit_codes.py, re-exported here); the tr
 own never reuse a framework number, so a status means the same thing whichever tool
 returned it (`trainer pipeline` passes `trainer apply`'s on):
 
-    0    OK             done; `trainer apply`: max_steps, early stopping, or SIGTERM/SIGINT
+    0    OK             done; `trainer apply`: its last step, early stopping, or SIGTERM/SIGINT
                         after the step in progress and its checkpoint
     1    FINDINGS       an input that fails its checks: config, data, tokenizer, run or
                         checkpoint directory, a refused resume, a failed pipeline stage;

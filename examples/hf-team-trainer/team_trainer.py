@@ -10,6 +10,12 @@ whose loss already divides by the whole window's target count and does not divid
 number of micro-batches. The fix sums over the micro-batch and divides by
 ``num_items_in_batch``, the targets of the whole accumulation window that Trainer counts
 before the first forward. tests/mutants/compute_loss_bugs.py keeps the first version.
+
+The model gets every input of the batch but the labels: padding-free batches
+(DataCollatorWithFlattening) carry ``position_ids`` and no ``attention_mask``, and the model
+keeps a row's sequences apart only from those. A version that named the inputs it passed
+(``input_ids``, ``attention_mask``) raised KeyError on such a batch; one that passed
+``inputs.get("attention_mask")`` trained each row as one long sequence (kept as a mutant).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ IGNORE = -100  # labels at padding: Hugging Face's ignore index
 
 class TeamTrainer(Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        outputs = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+        outputs = model(**{k: v for k, v in inputs.items() if k != "labels"})
         logits = outputs.logits[:, :-1]  # position t predicts token t + 1
         targets = inputs["labels"][:, 1:]
         loss_sum = F.cross_entropy(

@@ -162,6 +162,38 @@ class ToySequences(Dataset):
         }
 
 
+class UnpaddedSequences(Dataset):
+    """The same sequences without their padding, as token lists (``input_ids`` and
+    ``labels``): what a padding-free collator (transformers.DataCollatorWithFlattening)
+    concatenates into one row per micro-batch."""
+
+    def __init__(self, padded: ToySequences):
+        self.items = []
+        for item in padded.items:
+            real = int(item["attention_mask"].sum())
+            ids = item["input_ids"][:real].tolist()
+            self.items.append({"input_ids": ids, "labels": list(ids)})
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, list[int]]:
+        return {k: list(v) for k, v in self.items[i].items()}
+
+
+def padding_free_collator():
+    """transformers.DataCollatorWithFlattening (4.44 and later): each micro-batch becomes one
+    row, ``position_ids`` restarting at every sequence and label -100 at each sequence's
+    first token. Looked up by name, never by version; ValueError naming what is missing."""
+    collator = getattr(transformers, "DataCollatorWithFlattening", None)
+    if collator is None:
+        raise ValueError(
+            f"transformers {transformers.__version__} has no DataCollatorWithFlattening "
+            "(transformers 4.44 and later): padding-free batches cannot be measured"
+        )
+    return collator()
+
+
 def targets(batch: dict[str, torch.Tensor]) -> int:
     """Non-padding next-token targets of a batch: labels[:, 1:] != -100 (the model shifts)."""
     return int((batch["labels"][:, 1:] != IGNORE).sum())
@@ -302,11 +334,14 @@ def make_trainer(
     *callbacks,
     trainer_class=Trainer,
     factory: TrainerFactory | None = None,
+    collator=None,
 ) -> Trainer:
     """``trainer_class`` around the scenario's model, or what ``factory`` builds around it.
     A factory's Trainer takes the sequences in order like InOrderTrainer when
     ``trainer_class`` asks for it (a release without ``train_sampling_strategy``): only
-    that instance's sampler is replaced, its class and every step stay the project's."""
+    that instance's sampler is replaced, its class and every step stay the project's.
+    ``collator``: the scenario's batches (padding-free rows) instead of the Trainer's own
+    collator's; its loss, optimizer and steps stay the Trainer's."""
     if factory is None:
         trainer = trainer_class(
             model=model, args=args, train_dataset=data, callbacks=list(callbacks)
@@ -324,6 +359,8 @@ def make_trainer(
             trainer._get_train_sampler = types.MethodType(
                 InOrderTrainer._get_train_sampler, trainer
             )
+    if collator is not None:
+        trainer.data_collator = collator
     trainer.remove_callback(PrinterCallback)  # with tqdm off it prints every log dict
     return trainer
 
@@ -409,6 +446,7 @@ def accumulation_steps(
     *,
     seed: int = 0,
     label_smoothing: float = 0.0,
+    padding_free: bool = False,
     factory: TrainerFactory | None = None,
 ) -> list[AccumulationResult]:
     """One epoch of Trainer over ``sequences`` sequences taken in order, in float64, no
@@ -417,15 +455,42 @@ def accumulation_steps(
     at 1 x 3: windows of 3, 3 and 1 micro-batches). The learning rate is 0, so every step's
     gradient is taken at the initial weights: each step's accumulated gradient and logged
     loss against one token-mean (label-smoothed when asked) backward over that window's
-    sequences alone."""
+    sequences alone.
+
+    ``padding_free``: the sequences without their padding, each micro-batch flattened into
+    one row by padding_free_collator, against the same reference: the sequences of a row
+    must train as they do padded, each attending to itself alone at its own positions (a
+    model call with ``position_ids``, no attention mask and no cache masks the row per
+    sequence; a loss that drops ``position_ids`` or passes a mask of ones does not)."""
     spec = TinyLlama()
-    data = ToySequences(sequences, 16, spec.vocab_size, seed=seed)
+    padded = ToySequences(sequences, 16, spec.vocab_size, seed=seed)
     model = build_model(spec, seed=seed, dtype=torch.float64)
     reference = build_model(spec, seed=seed, dtype=torch.float64)
     window = micro_batch * grad_accum
     starts = range(0, sequences, window)
+    data, collator = padded, None
+    if padding_free:
+        data, collator = UnpaddedSequences(padded), padding_free_collator()
+
+    def micro_batches(start: int) -> list[dict[str, torch.Tensor]]:
+        """The micro-batches of the window at ``start``, as Trainer's collator makes them."""
+        stop = min(start + window, sequences)
+        if collator is None:
+            return [
+                padded.batch(k, min(k + micro_batch, stop)) for k in range(start, stop, micro_batch)
+            ]
+        return [
+            collator([data[i] for i in range(k, min(k + micro_batch, stop))])
+            for k in range(start, stop, micro_batch)
+        ]
+
+    windows = [micro_batches(s) for s in starts]
+    # Padded or not, the reference is the window's sequences padded, in one forward: a
+    # padding-free row must train as its sequences would apart.
     references = [
-        token_mean_gradients(reference, data.batch(s, min(s + window, sequences)), label_smoothing)
+        token_mean_gradients(
+            reference, padded.batch(s, min(s + window, sequences)), label_smoothing
+        )
         for s in starts
     ]
     recorder = Recorder(watch_grads=True)
@@ -442,22 +507,25 @@ def accumulation_steps(
             )
         )
         args = training_args(Path(out), **overrides)
-        make_trainer(
-            model, args, data, recorder, trainer_class=trainer_class, factory=factory
-        ).train()
+        trainer = make_trainer(
+            model,
+            args,
+            data,
+            recorder,
+            trainer_class=trainer_class,
+            factory=factory,
+            collator=collator,
+        )
+        trainer.train()
     results = []
-    for step, (start, (ref_loss, ref_grads)) in enumerate(zip(starts, references, strict=True), 1):
-        stop = min(start + window, sequences)
+    for step, (w, (ref_loss, ref_grads)) in enumerate(zip(windows, references, strict=True), 1):
         taken = step <= len(recorder.post_clip)  # a window Trainer never stepped on: inf
         grads = recorder.post_clip[step - 1] if taken else {}
         results.append(
             AccumulationResult(
                 micro_batch=micro_batch,
                 grad_accum=grad_accum,
-                micro_batch_targets=[
-                    targets(data.batch(k, min(k + micro_batch, stop)))
-                    for k in range(start, stop, micro_batch)
-                ],
+                micro_batch_targets=[targets(b) for b in w],
                 loss_relative_error=(
                     logged_error(recorder.logs[step - 1]["loss"], ref_loss) if taken else math.inf
                 ),

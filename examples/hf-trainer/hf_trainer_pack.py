@@ -295,18 +295,57 @@ def token_mean_over_short_windows(
     """Every optimizer step of an epoch whose last accumulation window (or micro-batch) is
     shorter than the others, and under label smoothing, against the token mean of that
     step's own window (hf_example.accumulation_steps)."""
+    return _token_mean_over_windows(ctx, factory, WINDOWS, padding_free=False)
+
+
+#: Padding-free batches (transformers.DataCollatorWithFlattening: a micro-batch is one row of
+#: its sequences end to end, position_ids restarting at each): full windows, a short last
+#: window, a last micro-batch of one sequence, and label smoothing over a short window.
+PADDING_FREE_WINDOWS = (
+    ("padding-free, full windows", 2, 3, 12, 0.0),
+    ("padding-free, last window 2 of 3 micro-batches", 2, 3, 10, 0.0),
+    ("padding-free, last micro-batch 1 of 2 sequences", 2, 2, 11, 0.0),
+    ("padding-free, label smoothing 0.1, last window short", 2, 3, 10, 0.1),
+)
+
+
+def token_mean_over_padding_free_windows(
+    ctx: GateContext, factory: TrainerFactory | None = None
+) -> Measurement:
+    """Every optimizer step over padding-free micro-batches against the token mean of the
+    same window's sequences padded: a row's sequences must train as they would apart
+    (hf_example.accumulation_steps with ``padding_free``)."""
+    return _token_mean_over_windows(ctx, factory, PADDING_FREE_WINDOWS, padding_free=True)
+
+
+def _token_mean_over_windows(
+    ctx: GateContext,
+    factory: TrainerFactory | None,
+    windows: tuple[tuple[str, int, int, int, float], ...],
+    *,
+    padding_free: bool,
+) -> Measurement:
     runs = [
         (
             name,
-            hf_example.accumulation_steps(mb, ga, n, seed=s, label_smoothing=eps, factory=factory),
+            hf_example.accumulation_steps(
+                mb, ga, n, seed=s, label_smoothing=eps, padding_free=padding_free, factory=factory
+            ),
         )
-        for name, mb, ga, n, eps in WINDOWS
+        for name, mb, ga, n, eps in windows
         for s in (0, 1)
     ]
     steps = [(name, r) for name, results in runs for r in results]
     worst_grad = max(r.max_grad_relative_error for _, r in steps)
     worst_loss = max(r.loss_relative_error for _, r in steps)
     last = [results[-1] for _, results in runs]
+    batches = (
+        "each micro-batch flattened into one row by transformers.DataCollatorWithFlattening "
+        "(position_ids restarting at every sequence, label -100 at each sequence's first token; "
+        "the scenario's collator replaces the Trainer's)"
+        if padding_free
+        else "right-padded micro-batches"
+    )
     return Measurement(
         values={
             "max_loss_grad_relative_error": (max(worst_grad, worst_loss), "ratio"),
@@ -320,16 +359,19 @@ def token_mean_over_short_windows(
         },
         workload=(
             f"{MODEL} in float64; one epoch of {_trainer(factory)} at learning rate 0 (every "
-            "step's gradient at the initial weights), sequences in order, max_grad_norm 0: "
-            + "; ".join(f"{name}: {n} sequences at {mb} x {ga}" for name, mb, ga, n, _ in WINDOWS)
+            f"step's gradient at the initial weights), sequences in order, {batches}, "
+            "max_grad_norm 0: "
+            + "; ".join(f"{name}: {n} sequences at {mb} x {ga}" for name, mb, ga, n, _ in windows)
             + "; data and init seeds 0 and 1; each step's accumulated .grad of every parameter "
             "and its logged loss against one float64 token-mean cross-entropy backward (torch's "
-            "label_smoothing when smoothed) over that step's window alone, written from the logits"
+            "label_smoothing when smoothed) over that step's window alone, its sequences "
+            "right-padded, written from the logits"
         ),
         inputs=_inputs(ctx),
         parameters={
             **_versions(factory),
-            "windows": [list(w) for w in WINDOWS],
+            "windows": [list(w) for w in windows],
+            "padding_free": padding_free,
             "seeds": [0, 1],
             "logged_loss_decimals": hf_example.logged_loss_decimals(),
         },

@@ -30,7 +30,9 @@ def test_apply_trains_twenty_steps_and_writes_manifest_metrics_and_state(corpus,
     data, tok = corpus
     config = write_run_config(tmp_path / "run.yaml", data, tok, tmp_path / "unused", max_steps=40)
     out = tmp_path / "out"
-    rc = cli.main(["apply", str(config), "--max-steps", "20", "--out", str(out), "--device", "cpu"])
+    rc = cli.main(
+        ["apply", str(config), "--stop-after", "20", "--out", str(out), "--device", "cpu"]
+    )
     assert rc == 0, capsys.readouterr().err
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == list(range(1, 21))
@@ -45,9 +47,9 @@ def test_apply_trains_twenty_steps_and_writes_manifest_metrics_and_state(corpus,
     assert set(manifest["versions"]) >= {"python", "torch", "cuda", "trainer"}
     assert set(manifest["git"]) == {"commit", "dirty"}
     assert manifest["force_token_budget"] is True
-    assert manifest["config"]["apply"]["max_steps"] == 20
+    assert manifest["config"]["apply"]["stop_after"] == 20
     state = json.loads((out / "training_state.json").read_text())
-    assert state["last"]["step"] == 20 and state["max_steps"] == 20
+    assert state["last"]["step"] == 20 and state["last_step"] == 20
     assert not list(out.glob(".training_state.json.*")), "no temp file left behind"
 
 
@@ -83,9 +85,9 @@ def test_missing_data_is_named_exit_1_and_nothing_written(corpus, tmp_path, caps
 def test_an_output_directory_holding_a_run_is_refused_and_left_alone(corpus, tmp_path, capsys):
     data, tok = corpus
     config = write_run_config(tmp_path / "run.yaml", data, tok, tmp_path / "out", max_steps=20)
-    assert cli.main(["apply", str(config), "--max-steps", "2", "--device", "cpu"]) == 0
+    assert cli.main(["apply", str(config), "--stop-after", "2", "--device", "cpu"]) == 0
     before = (tmp_path / "out" / "metrics.jsonl").read_bytes()
-    rc = cli.main(["apply", str(config), "--max-steps", "2", "--device", "cpu"])
+    rc = cli.main(["apply", str(config), "--stop-after", "2", "--device", "cpu"])
     err = capsys.readouterr().err
     assert rc == 1
     assert "already holds a run" in err and "metrics.jsonl" in err
@@ -121,7 +123,7 @@ def test_a_second_writer_of_a_run_directory_is_refused_naming_the_first(
     out = tmp_path / "out"
     argv = ["apply", str(config), "--out", str(out), "--device", "cpu"]
     if resume:
-        assert cli.main([*argv, "--max-steps", "2"]) == 0, capsys.readouterr().err
+        assert cli.main([*argv, "--stop-after", "2"]) == 0, capsys.readouterr().err
         argv.append("--resume")
     capsys.readouterr()
     before = files_under(out)

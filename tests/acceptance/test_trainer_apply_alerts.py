@@ -66,7 +66,7 @@ def warned(corpus, tmp_path_factory) -> tuple[Path, str, list[dict]]:
     # capsys is per test; this run is per module, so set up before one_thread: one thread
     # here too, or the tests' runs would not be this one step for step.
     with contextlib.redirect_stderr(err), single_intra_op_thread():
-        rc = cli.main([*argv, "--max-steps", str(STEPS)])
+        rc = cli.main([*argv, "--stop-after", str(STEPS)])
     assert rc == 0, err.getvalue()
     return out, err.getvalue(), _lines(out)
 
@@ -86,7 +86,7 @@ def test_a_warn_rule_reports_every_breach_and_the_run_finishes(warned):
     state = _state(out)
     assert (state["status"], state["reason"]) == (
         "finished",
-        f"step {STEPS}: max_steps {STEPS} reached",
+        f"step {STEPS}: last step {STEPS} reached",
     )
 
 
@@ -104,7 +104,7 @@ def test_a_stop_rule_fires_at_the_first_breaching_step_exit_4_with_its_checkpoin
     )
     out = tmp_path / "out"
     rc, stdout, err = _apply(
-        _config(tmp_path, corpus, rules), out, capsys, "--max-steps", str(STEPS)
+        _config(tmp_path, corpus, rules), out, capsys, "--stop-after", str(STEPS)
     )
     assert rc == exit_codes.ALERT_STOPPED == 4, err
     records = _lines(out)

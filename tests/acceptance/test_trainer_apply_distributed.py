@@ -95,7 +95,7 @@ def test_killed_rank_stops_the_run_and_a_relaunch_resumes(tmp_path, capsys):
     assert "world size 2" in err and "world size 1" in err, err
     assert files_under(out) == before, "a refused resume wrote to the run directory"
 
-    relaunch = _apply(config, out, "--resume", "--max-steps", str(newest + 2))
+    relaunch = _apply(config, out, "--resume", "--stop-after", str(newest + 2))
     stdout, stderr = relaunch.communicate(timeout=240)
     assert relaunch.returncode == 0, stderr[-3000:]
     assert f"resumed after step {newest}" in stdout, stdout

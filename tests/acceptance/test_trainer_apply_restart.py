@@ -51,8 +51,8 @@ def test_the_same_config_under_another_name_resumes_and_another_is_refused(
     renamed = tmp_path / "run-renamed.yaml"
     shutil.copyfile(config, renamed)
     out = tmp_path / "out"
-    assert _apply(capsys, config, out, "--max-steps", "3")[0] == 0
-    rc, stdout, err = _apply(capsys, renamed, out, "--resume", "--max-steps", "5")
+    assert _apply(capsys, config, out, "--stop-after", "3")[0] == 0
+    rc, stdout, err = _apply(capsys, renamed, out, "--resume", "--stop-after", "5")
     assert rc == 0, err
     assert "resumed after step 3" in stdout
 
@@ -66,7 +66,7 @@ def test_the_same_config_under_another_name_resumes_and_another_is_refused(
 def _run_without_checkpoint(capsys, config: Path, out: Path) -> None:
     """A run directory as a SIGKILL after step 2 and before the first save leaves it: its
     manifest, metrics, state and run store, and no checkpoint."""
-    assert _apply(capsys, config, out, "--max-steps", "2")[0] == 0
+    assert _apply(capsys, config, out, "--stop-after", "2")[0] == 0
     shutil.rmtree(out / "checkpoints")
     assert _steps(out) == [1, 2]
 
@@ -89,7 +89,7 @@ def test_a_run_killed_before_its_first_checkpoint_is_restarted_not_resumed(
     assert rc == 1 and "already holds a run" in err and "--restart" in err, err
     assert {p.name: p.read_bytes() for p in out.iterdir() if _run_file(p)} == before
 
-    rc, stdout, err = _apply(capsys, config, out, "--restart", "--max-steps", "3")
+    rc, stdout, err = _apply(capsys, config, out, "--restart", "--stop-after", "3")
     assert rc == 0, err
     assert "3 steps" in stdout and "resumed" not in stdout
     assert _steps(out) == [1, 2, 3]  # the new run's steps, each once
@@ -103,7 +103,7 @@ def test_a_run_killed_before_its_first_checkpoint_is_restarted_not_resumed(
     assert not (out / "before-restart-2").exists()
     rc, _, err = _apply(capsys, config, out, "--restart", "--resume")
     assert rc == 1 and "pass one" in err, err
-    rc, stdout, err = _apply(capsys, config, out, "--resume", "--max-steps", "4")
+    rc, stdout, err = _apply(capsys, config, out, "--resume", "--stop-after", "4")
     assert rc == 0 and "resumed after step 3" in stdout, err
 
 
@@ -134,7 +134,7 @@ def test_a_planted_before_restart_symlink_is_never_followed(corpus, tmp_path, ca
     elsewhere.mkdir()
     (out / "before-restart-1").symlink_to(elsewhere)
     (out / "before-restart-2").symlink_to(tmp_path / "nothing")
-    rc, _, err = _apply(capsys, config, out, "--restart", "--max-steps", "3")
+    rc, _, err = _apply(capsys, config, out, "--restart", "--stop-after", "3")
     assert rc == 0, err
     assert list(elsewhere.iterdir()) == [] and not (tmp_path / "nothing").exists()
     assert (out / "before-restart-3" / "metrics.jsonl").is_file()

@@ -36,7 +36,7 @@ def test_apply_resume_continues_bitwise_and_refuses_another_runs_checkpoint(
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     assert cli.main(["apply", str(config), "--out", str(straight), "--device", "cpu"]) == 0
     args = ["apply", str(config), "--out", str(stopped), "--device", "cpu"]
-    assert cli.main([*args, "--max-steps", "8"]) == 0
+    assert cli.main([*args, "--stop-after", "8"]) == 0
     assert sorted(p.name for p in (stopped / "checkpoints").iterdir() if p.is_dir()) == [
         "step-00000005",
         "step-00000008",

@@ -95,7 +95,7 @@ def test_apply_on_a_full_disk_exits_save_failed_and_keeps_every_earlier_checkpoi
     )  # fmt: skip
     out = tmp_path / "out"
     args = ["apply", str(config), "--out", str(out), "--device", "cpu"]
-    assert cli.main([*args, "--max-steps", "4"]) == 0, capsys.readouterr().err
+    assert cli.main([*args, "--stop-after", "4"]) == 0, capsys.readouterr().err
     weights = out / "checkpoints" / "step-00000004" / "model.safetensors"
     assert weights.stat().st_size > LIMIT, "the checkpoint fits under the limit: no fault"
     before = {

@@ -153,7 +153,9 @@ def test_apply_out_that_cannot_be_written_is_an_error_and_nothing_is_written(
 def test_apply_to_a_new_out_directory_still_trains(corpus, tmp_path):
     data, tok = corpus
     config = write_run_config(tmp_path / "run.yaml", data, tok, tmp_path / "unused")
-    proc = trainer("apply", str(config), "--out", str(tmp_path / "new" / "run"), "--max-steps", "2")
+    proc = trainer(
+        "apply", str(config), "--out", str(tmp_path / "new" / "run"), "--stop-after", "2"
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "new" / "run" / "metrics.jsonl").is_file()
 
@@ -179,7 +181,7 @@ def test_inspect_and_export_of_a_manifest_whose_files_entry_is_not_an_object(che
 def test_resume_falls_back_past_a_checkpoint_missing_an_optimizer_tensor(corpus, tmp_path):
     data, tok = corpus
     config = write_run_config(tmp_path / "run.yaml", data, tok, tmp_path / "out", save_interval=2)
-    first = trainer("apply", str(config), "--max-steps", "4", "--device", "cpu")
+    first = trainer("apply", str(config), "--stop-after", "4", "--device", "cpu")
     assert first.returncode == 0, first.stderr[-2000:]
     newest = checkpoint_dirs(tmp_path / "out" / "checkpoints")[0]
     assert step_of(newest) == 4
@@ -190,7 +192,7 @@ def test_resume_falls_back_past_a_checkpoint_missing_an_optimizer_tensor(corpus,
     manifest["files"][OPTIMIZER_FILE] = file_entry(newest / OPTIMIZER_FILE)
     (newest / MANIFEST_FILE).write_text(json.dumps(manifest))
 
-    proc = trainer("apply", str(config), "--resume", "--max-steps", "6", "--device", "cpu")
+    proc = trainer("apply", str(config), "--resume", "--stop-after", "6", "--device", "cpu")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert f"skipping checkpoint {newest}" in proc.stderr, proc.stderr[-3000:]
@@ -239,7 +241,7 @@ def resumable(corpus, tmp_path_factory) -> tuple[Path, Path]:
         root / "run.yaml", data, tok, root / "unused", max_steps=4, save_interval=2,
         warmup_steps=0,
     )  # fmt: skip
-    proc = trainer("apply", str(config), "--out", str(root / "run"), "--max-steps", "2")
+    proc = trainer("apply", str(config), "--out", str(root / "run"), "--stop-after", "2")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert [step_of(p) for p in checkpoint_dirs(root / "run" / "checkpoints")] == [2]
     return config, root / "run"

@@ -27,7 +27,7 @@ SNAPSHOT_KEYS = {
     "run_dir",
     "status",
     "step",
-    "max_steps",
+    "last_step",
     "percent",
     "loss",
     "losses",
@@ -54,7 +54,7 @@ def test_json_prints_one_snapshot_object(tmp_path, capsys):
     assert cli.main(["monitor", str(run), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data) == SNAPSHOT_KEYS
-    assert (data["step"], data["max_steps"], data["run_dir"]) == (30, 50, str(run))
+    assert (data["step"], data["last_step"], data["run_dir"]) == (30, 50, str(run))
     assert set(data["last_checkpoint"]) == {"step", "path", "age_s"}
     assert data["last_checkpoint"]["step"] == 20
     assert data["alerts"][0]["kind"] == "grad_norm_spike" and "message" in data["alerts"][0]
@@ -198,7 +198,7 @@ def test_a_real_tiny_run_read_back_with_json(tmp_path, capsys):
         tmp_path / "run.yaml", data, tok, tmp_path / "unused", max_steps=20, save_interval=4
     )
     out = tmp_path / "out"
-    argv = ["apply", str(config), "--max-steps", "8", "--out", str(out), "--device", "cpu"]
+    argv = ["apply", str(config), "--stop-after", "8", "--out", str(out), "--device", "cpu"]
     rc = cli.main(argv)
     assert rc == 0, capsys.readouterr().err
     capsys.readouterr()
@@ -206,11 +206,11 @@ def test_a_real_tiny_run_read_back_with_json(tmp_path, capsys):
     assert cli.main(["monitor", str(out), "--json"]) == 0
     snap = json.loads(capsys.readouterr().out)
     assert tree_fingerprint(out) == before
-    assert (snap["status"], snap["step"], snap["max_steps"]) == ("finished", 8, 8)
+    assert (snap["status"], snap["step"], snap["last_step"]) == ("finished", 8, 8)
     assert snap["percent"] == 100.0 and snap["eta_s"] == 0.0
     assert snap["last_checkpoint"]["step"] == 8
     assert Path(snap["last_checkpoint"]["path"]).parent == out / "checkpoints"
     assert snap["tokens_per_s"] > 0 and snap["step_s"] > 0 and snap["elapsed_s"] > 0
     assert len(snap["losses"]) == 8 and snap["loss"] == snap["losses"][-1]
     assert snap["alerts"] == []
-    assert snap["reason"] == "step 8: max_steps 8 reached" and snap["ended_at"]
+    assert snap["reason"] == "step 8: last step 8 reached" and snap["ended_at"]

@@ -339,20 +339,22 @@ def test_a_stage_whose_inputs_changed_moves_its_old_output_aside(tmp_path, capsy
 
 
 @pytest.mark.slow
-def test_another_max_steps_continues_the_run_or_sets_it_aside(tmp_path, capsys, corpus):
-    """A re-run with another --max-steps once deleted the run: a longer one continues it from
+def test_a_later_stop_after_continues_the_run_or_an_earlier_one_sets_it_aside(
+    tmp_path, capsys, corpus
+):
+    """A re-run with another --stop-after once deleted the run: a longer one continues it from
     its newest checkpoint (every step once), a shorter one keeps it as train.superseded-1."""
     config = tiny_config(tmp_path / "tiny.yaml", max_steps=12, save_interval=2)
     out = tmp_path / "run"
-    assert run_pipeline(capsys, pipeline_argv(config, out, corpus, "--max-steps", "2"))[0] == 0
+    assert run_pipeline(capsys, pipeline_argv(config, out, corpus, "--stop-after", "2"))[0] == 0
     status, stdout, err = run_pipeline(
-        capsys, pipeline_argv(config, out, corpus, "--max-steps", "4")
+        capsys, pipeline_argv(config, out, corpus, "--stop-after", "4")
     )
     assert status == 0, err
     assert "continuing the run from train/checkpoints/step-00000002 to step 4" in stdout
     assert [r["step"] for r in _records(out)] == [1, 2, 3, 4]
     status, stdout, err = run_pipeline(
-        capsys, pipeline_argv(config, out, corpus, "--max-steps", "2")
+        capsys, pipeline_argv(config, out, corpus, "--stop-after", "2")
     )
     assert status == 0, err
     assert "moved train aside to train.superseded-1 (it trained past step 2)" in stdout

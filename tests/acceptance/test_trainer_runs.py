@@ -90,7 +90,7 @@ def test_ls_lists_the_registered_runs_with_their_progress_and_losses(runs, capsy
         vals = [(x["val_loss"], x["step"]) for x in lines if "val_loss" in x]
         assert (entry["status"], entry["stop_reason"]) == (
             "finished",
-            "step 10: max_steps 10 reached",
+            "step 10: last step 10 reached",
         )
         assert (entry["last_step"], entry["max_steps"]) == (10, 10)
         assert entry["last_loss"] == lines[-1]["loss"]
@@ -139,7 +139,7 @@ def test_show_reports_params_metrics_and_checkpoint_sha256s(runs, capsys):
     assert cli.main(["runs", "show", str(run)]) == 0
     text = capsys.readouterr().out
     assert f"run          {manifest['run_id']}" in text
-    assert "status       finished: step 10: max_steps 10 reached" in text
+    assert "status       finished: step 10: last step 10 reached" in text
     assert f"  optimizer.lr = {json.dumps(manifest['config']['optimizer']['lr'])}" in text
     model = stored["checkpoints/step-00000010/model.safetensors"]
     assert "checkpoints/step-00000010/model.safetensors" in text and model["sha256"] in text

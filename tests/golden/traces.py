@@ -13,7 +13,7 @@ CPU thread, with deterministic algorithms:
 
 Each is recorded twice and must give the same trace both ways: straight through, and
 stopped after step ``resume_after`` with a checkpoint, then resumed in a new call (the path
-`trainer apply --max-steps` then `--resume latest` takes). The data is a seeded token chain
+`trainer apply --stop-after` then `--resume latest` takes). The data is a seeded token chain
 (each token a fixed affine map of the one before, plus small noise): learnable, independent
 of the Python version (the embedded corpus is the standard library's source, which is not).
 
@@ -234,7 +234,7 @@ def record(name: str, *, resume: bool, dtype: torch.dtype = DTYPE) -> list[dict]
             home = os.environ.get(HOME_ENV)
             os.environ[HOME_ENV] = str(Path(tmp) / "home")
             try:
-                # Stopped early with the schedule kept (trainer apply --max-steps), resumed.
+                # Stopped early with the schedule kept (trainer apply --stop-after), resumed.
                 run = RunOptions(device="cpu", out_dir=Path(tmp) / "run", checkpoint=True)
                 first = dataclasses.replace(run, stop_after=spec.resume_after)
                 second = dataclasses.replace(run, resume_from="latest")

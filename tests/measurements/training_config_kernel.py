@@ -49,7 +49,7 @@ def _counted_steps(n: int, b: int, g: int, epochs: int, max_steps: int) -> int:
     from trainer.train.steps import iterate_steps  # noqa: PLC0415
 
     steps = 0
-    for plan in iterate_steps(n, micro_batch=b, grad_accum=g, epochs=epochs, max_steps=max_steps):
+    for plan in iterate_steps(n, micro_batch=b, grad_accum=g, epochs=epochs, last_step=max_steps):
         if plan.sequences.stop > n:
             return -1  # a partial global batch: never agrees with the algebra
         steps += 1

@@ -568,7 +568,7 @@ def lr_mismatched_steps(ctx: GateContext) -> Measurement:
     )
     data = _Rows(_random_rows(16, 4, seed=15))
     mismatched, groups = [], set()
-    # The whole run, then one stopped early (`--max-steps 60`): both follow the schedule
+    # The whole run, then one stopped early (`--stop-after 60`): both follow the schedule
     # over training.max_steps 200; a step past the stop, or one missing, is mismatched too.
     for label, stop_after in (("full", None), ("stop_after 60", 60)):
         hooks = _Hooks()

@@ -99,8 +99,8 @@ def _no_epochs_cap(patch):
 
 @mutant("last-epoch-not-clamped")
 def _last_epoch_runs_out(patch):
-    # max_steps is checked only between epochs, so the last epoch runs to its end.
-    def whole_epoch(num_sequences, global_batch, steps_done, max_steps):
+    # The last step is checked only between epochs, so the last epoch runs to its end.
+    def whole_epoch(num_sequences, global_batch, steps_done, last_step):
         yield from range(0, num_sequences - global_batch + 1, global_batch)
 
     patch.setattr(steps, "epoch_steps", whole_epoch)

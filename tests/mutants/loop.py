@@ -186,7 +186,7 @@ def _lr_first_group_only(patch):
 
 @mutant("lr-schedule-compressed-to-stop-after")
 def _lr_compressed_to_stop_after(patch):
-    # The schedule runs over the early stop (stop_after, `--max-steps`) instead of the
+    # The schedule runs over the early stop (stop_after, `--stop-after`) instead of the
     # config's training.max_steps: a stopped run decays to min_lr by its last step.
     last_step, lr_at = RunOptions.last_step, loop.lr_at
     stop = {}

@@ -1,12 +1,12 @@
 """What a run looks like now, read from its directory without changing anything in it.
 
     snap = take_snapshot(Path("runs/demo/train"))      # RunDirError when it is not a run
-    snap.step, snap.max_steps, snap.eta_s, snap.status, snap.alerts, snap.to_json()
+    snap.step, snap.last_step, snap.eta_s, snap.status, snap.alerts, snap.to_json()
 
 Sources, all read-only (no file is created, locked or written; several monitors can watch
 one run while it trains):
 
-- ``training_state.json``: max_steps and the latest record. The trainer replaces it
+- ``training_state.json``: the run's last step and the latest record. The trainer replaces it
   atomically, so a reader sees the old file or the new one, never a part of either.
 - the tail of ``metrics.jsonl`` (its last TAIL_BYTES): the series behind the sparklines
   and the medians. The trainer appends to it while we read, so a torn last line is
@@ -24,7 +24,7 @@ waits for a writer that never comes.
 Status: how the run ended when training_state.json says so (the loop's end record,
 MetricsWriter.finish: ``finished``, ``early_stopping``, ``signal``, ``alert``,
 ``aborted`` or ``save_failed``, with ``reason`` and ``ended_at``); else ``starting`` (no step yet),
-``running``, ``finished`` (step == max_steps: runs written before the end record existed)
+``running``, ``finished`` (step == last step: runs written before the end record existed)
 or ``stale`` (no update for more than STALE_FACTOR median steps, and at least
 STALE_FLOOR_S: an evaluation or a checkpoint save pauses the steps for a while). A run
 killed without a word (SIGKILL, power loss) has no end record: it turns stale.
@@ -51,7 +51,7 @@ from trainer.runfiles.names import (
     RUN_MANIFEST_FILE,
     TRAINING_STATE_FILE,
 )
-from trainer.runfiles.training_state import END_STATUSES
+from trainer.runfiles.training_state import END_STATUSES, last_step_of
 
 #: training_state.json holds one metrics record (a few KB); far more is not the trainer's.
 STATE_LIMIT = 16 * 1024 * 1024
@@ -86,7 +86,7 @@ class Snapshot:
     run_dir: str
     status: str
     step: int | None
-    max_steps: int | None
+    last_step: int | None  # the step this run ends at
     percent: float | None
     loss: float | None
     losses: list[float]
@@ -335,8 +335,8 @@ def take_snapshot(run_dir: Path, *, now: float | None = None) -> Snapshot:
     last = state.get("last") if state else None
     if records and (not isinstance(last, dict) or records[-1]["step"] >= last.get("step", 0)):
         last = records[-1]  # metrics.jsonl is written just before the state file
-    max_steps = state.get("max_steps") if state else None
-    max_steps = max_steps if isinstance(max_steps, int) and max_steps > 0 else None
+    last_step = last_step_of(state) if state else None
+    last_step = last_step if isinstance(last_step, int) and last_step > 0 else None
     step = last.get("step") if isinstance(last, dict) else None
 
     recent = records[-WINDOW:]
@@ -348,7 +348,7 @@ def take_snapshot(run_dir: Path, *, now: float | None = None) -> Snapshot:
         status = ended[0]  # the run said how it ended: never stale, never running
     elif step is None:
         status = "starting"
-    elif max_steps is not None and step >= max_steps:
+    elif last_step is not None and step >= last_step:
         status = "finished"
     elif updated_ago is not None and updated_ago > max(
         STALE_FACTOR * (step_s or 0.0), STALE_FLOOR_S
@@ -362,8 +362,8 @@ def take_snapshot(run_dir: Path, *, now: float | None = None) -> Snapshot:
         elapsed = (max(stamps) if status in END_STATUSES else now) - started
     else:
         elapsed = sum(v for r in records if (v := _number(r.get("step_s"))) is not None) or None
-    remaining = max_steps - step if max_steps is not None and step is not None else None
-    # A run that ended before max_steps has no time left to estimate.
+    remaining = last_step - step if last_step is not None and step is not None else None
+    # A run that ended before its last step has no time left to estimate.
     eta = remaining * step_s if remaining is not None and step_s is not None else None
     if ended is not None and status != "finished":
         eta = None
@@ -373,8 +373,8 @@ def take_snapshot(run_dir: Path, *, now: float | None = None) -> Snapshot:
         run_dir=str(run_dir),
         status=status,
         step=step,
-        max_steps=max_steps,
-        percent=100.0 * step / max_steps if remaining is not None else None,
+        last_step=last_step,
+        percent=100.0 * step / last_step if remaining is not None else None,
         loss=_number(last.get("loss")) if isinstance(last, dict) else None,
         losses=[v for r in series if (v := _number(r.get("loss"))) is not None],
         lr=_number(last.get("lr")) if isinstance(last, dict) else None,

@@ -40,13 +40,13 @@ def _value(value: float | None, spec: str) -> str:
 
 def _rows(snap: Snapshot) -> list[tuple[str, RenderableType]]:
     step = "-" if snap.step is None else f"{snap.step:,}"
-    total = "?" if snap.max_steps is None else f"{snap.max_steps:,}"
+    total = "?" if snap.last_step is None else f"{snap.last_step:,}"
     progress = Text(f"{step} / {total}")
     if snap.percent is not None:
         progress.append(f"  ({snap.percent:.1f} %)")
     rows: list[tuple[str, RenderableType]] = [("step", progress)]
-    if snap.max_steps is not None and snap.step is not None:
-        rows.append(("", ProgressBar(total=snap.max_steps, completed=snap.step, width=40)))
+    if snap.last_step is not None and snap.step is not None:
+        rows.append(("", ProgressBar(total=snap.last_step, completed=snap.step, width=40)))
     norm_median = _value(snap.grad_norm_median, ".4f")
     rows += [
         ("loss", Text(f"{_value(snap.loss, '.4f'):>10}  {sparkline(snap.losses, SERIES_WIDTH)}")),

@@ -53,7 +53,7 @@ def consumed_indices(
         micro_batch=micro_batch,
         grad_accum=grad_accum,
         epochs=epochs,
-        max_steps=steps,
+        last_step=steps,
     ):
         if plan.epoch not in orders:
             orders[plan.epoch] = epoch_order(train.num_sequences, seed=seed, epoch=plan.epoch)

@@ -2,7 +2,7 @@
 
     trainer pipeline                                    # configs/quickstart-cpu.yaml -> runs/demo
     trainer pipeline --config my.yaml --input corpus/ --out runs/mine
-    trainer pipeline --max-steps 50 --out runs/smoke    # a shorter run of the same schedule
+    trainer pipeline --stop-after 50 --out runs/smoke    # a shorter run of the same schedule
 
 Stages (trainer/pipeline/run.py), each reused when its inputs hash as before:
 tokenizer (BPE at the config's vocab_size) -> data (train/val shards) -> train
@@ -36,6 +36,7 @@ import sys
 from pathlib import Path
 
 from trainer import exit_codes
+from trainer.train.commands import add_stop_after
 
 DEFAULT_CONFIG = Path("configs/quickstart-cpu.yaml")
 DEFAULT_OUT = Path("runs/demo")
@@ -78,7 +79,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         config=args.config,
         out=args.out,
         inputs=tuple(args.input),
-        max_steps=args.max_steps,
+        stop_after=args.stop_after,
         device=args.device,
         val_fraction=args.val_fraction,
         gates=not args.no_gates,
@@ -116,7 +117,7 @@ def add_pipeline_parser(sub: argparse._SubParsersAction) -> None:
         metavar="PATH",
         help="corpus file or directory (repeatable); default: the embedded corpus",
     )
-    p.add_argument("--max-steps", type=_positive, default=None, help="stop the schedule early")
+    add_stop_after(p, _positive)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--val-fraction", type=_fraction, default=0.02)
     p.add_argument("--no-gates", action="store_true", help="skip the gate stage")

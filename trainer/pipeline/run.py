@@ -49,13 +49,14 @@ import signal
 import subprocess
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gates.io.files import atomic_write_bytes, atomic_write_text, fsync_dir, sha256_file
 from gates.model.contract import Contract
 from trainer import exit_codes
+from trainer.config.sections import RunConfig
 from trainer.pipeline.state import (
     PipelineError,
     PipelineState,
@@ -75,7 +76,6 @@ DEMO_GATES = (
     ("GATE-TRAIN-LOOP-017", False),
     ("GATE-PV-001", False),
 )
-STAGES = ("tokenizer", "data", "train", "export", "baseline", "plots", "gates", "report")
 #: BPE's minimum pair count, `trainer tokenizer train`'s default (part of the stage's key).
 TOKENIZER_MIN_FREQUENCY = 2
 
@@ -85,7 +85,7 @@ class PipelineOptions:
     config: Path
     out: Path
     inputs: tuple[Path, ...] = ()  # corpus files/directories; () = the embedded corpus
-    max_steps: int | None = None
+    stop_after: int | None = None  # `--stop-after`: the last step of this run, None: the end
     device: str = "auto"
     val_fraction: float = 0.02
     gates: bool = True
@@ -99,6 +99,49 @@ class StageOutcome:
     reused: bool
     seconds: float
     note: str = ""
+
+
+@dataclass
+class Made:
+    """What a stage made: every file of it (relative path -> sha256, its reuse check),
+    what later stages and the summary read from it, and a note for its line."""
+
+    outputs: dict[str, str]
+    results: dict = field(default_factory=dict)
+    note: str = ""
+
+
+class Skipped(Exception):  # noqa: N818 - not an error: a stage with nothing to do
+    """Raised by a stage's inputs: the stage does not run this time (the message says
+    why); its old record is dropped."""
+
+
+@dataclass
+class Job:
+    """What one run of the pipeline carries from stage to stage besides pipeline.json."""
+
+    state: PipelineState
+    cfg: RunConfig  # the user's config, checked
+    corpus: dict  # the corpus fingerprint: sha256, files, bytes, skipped
+    run_cfg: RunConfig | None = None  # run.yaml, checked: set by the training stage's inputs
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One row of STAGES, which Pipeline._run_stage runs as key -> reuse -> make -> record.
+
+    ``inputs`` returns what the key hashes (or raises Skipped); the stage is reused when
+    it finished with that key, every output it recorded still has its sha256, and
+    ``intact`` holds too. Otherwise ``make`` makes it (clearing its old output with
+    Pipeline._make_room first) and the loop records what it made. An unkeyed stage is
+    made every time and never recorded."""
+
+    name: str
+    inputs: Callable[[Pipeline, Job], dict]
+    make: Callable[[Pipeline, Job, str], Made]
+    intact: Callable[[Pipeline, Job], bool] = lambda pipeline, job: True
+    reused_note: Callable[[Pipeline, Job], str] = lambda pipeline, job: ""
+    keyed: bool = True
 
 
 def _quiet(line: str) -> None:
@@ -128,20 +171,7 @@ class Pipeline:
     def _rel(self, path: Path) -> str:
         return str(Path(path).relative_to(self.out))
 
-    @contextlib.contextmanager
-    def _stage(self, name: str) -> Iterator[dict]:
-        """Header, timing and outcome line of one stage of STAGES (numbered by its place
-        there); the body fills ``info``."""
-        self.say(f"[{STAGES.index(name) + 1}/{len(STAGES)}] {name}")
-        info: dict = {"reused": False, "note": ""}
-        started = time.perf_counter()
-        yield info
-        seconds = time.perf_counter() - started
-        self.outcomes.append(StageOutcome(name, info["reused"], seconds, info["note"]))
-        verb = "reused" if info["reused"] else f"done in {_duration(seconds)}"
-        self.say(f"      {name}: {verb}{' - ' + info['note'] if info['note'] else ''}")
-
-    # ------------------------------------------------------------ the stages
+    # ------------------------------------------------------------ the loop
     def run(self) -> dict:
         from trainer.pipeline.summary import build_summary  # noqa: PLC0415
 
@@ -155,26 +185,49 @@ class Pipeline:
                 self._claim(moving=True)  # again, holding the lock: nobody else writes now
                 state = PipelineState.load(self.out)
                 state.claim()  # pipeline.json first: a kill in stage 1 leaves the dir ours
-                summary = self._stages(state, cfg, build_summary)
+                job = Job(state, cfg, self._corpus_fingerprint())
+                for number, stage in enumerate(STAGES, start=1):
+                    self.say(f"[{number}/{len(STAGES)}] {stage.name}")
+                    self._run_stage(stage, job)
+                summary = build_summary(self.out, state, job.corpus, job.run_cfg, self.outcomes)
         except RunDirLockedError as exc:
             raise PipelineError(f"{exc}; nothing written") from None
         summary["seconds"] = round(time.perf_counter() - started, 1)
         atomic_write_json(self.paths.summary, summary)
         return summary
 
-    def _stages(self, state: PipelineState, cfg, build_summary: Callable[..., dict]) -> dict:
-        corpus = self._corpus_fingerprint()
-        tokenizer_sha = self._tokenizer(state, cfg, corpus)
-        data_sha = self._data(state, corpus, tokenizer_sha)
-        self._write_run_yaml()
-        run_cfg = _load_config(self.paths.run_config, self.options.device, self.progress)
-        checkpoint, ckpt_sha = self._train(state, run_cfg, data_sha)
-        self._export(state, checkpoint, ckpt_sha)
-        self._baseline(state, run_cfg, checkpoint, ckpt_sha)
-        self._plots(state)
-        self._gates(state, ckpt_sha)
-        self._report(state)
-        return build_summary(self.out, state, corpus, run_cfg, self.outcomes)
+    def _run_stage(self, stage: Stage, job: Job) -> None:
+        """Key -> reuse -> make -> record, and the stage's outcome line."""
+        started = time.perf_counter()
+        reused = False
+        try:
+            inputs = stage.inputs(self, job)
+        except Skipped as why:
+            job.state.forget(stage.name)
+            note = f"skipped ({why})"
+        else:
+            key = stage_key(inputs) if stage.keyed else ""
+            if (
+                stage.keyed
+                and job.state.done(stage.name, key, self.out)
+                and stage.intact(self, job)
+            ):
+                reused, note = True, stage.reused_note(self, job)
+            else:
+                made = stage.make(self, job, key)
+                if stage.keyed:
+                    job.state.record(
+                        stage.name,
+                        key,
+                        outputs=made.outputs,
+                        seconds=time.perf_counter() - started,
+                        results=made.results,
+                    )
+                note = made.note
+        seconds = time.perf_counter() - started
+        self.outcomes.append(StageOutcome(stage.name, reused, seconds, note))
+        verb = "reused" if reused else f"done in {_duration(seconds)}"
+        self.say(f"      {stage.name}: {verb}{' - ' + note if note else ''}")
 
     # ------------------------------------------------------------ ownership
     def _claim(self, *, moving: bool) -> None:
@@ -237,6 +290,7 @@ class Pipeline:
                     found[self._rel(f)] = sha256_file(f)
         return found
 
+    # ------------------------------------------------------------ the stages
     def _corpus_fingerprint(self) -> dict:
         from trainer.data.encode import corpus_files  # noqa: PLC0415
 
@@ -244,89 +298,65 @@ class Pipeline:
         sha, count, size = files_fingerprint(files)
         return {"sha256": sha, "files": count, "bytes": size, "skipped": skipped}
 
-    def _tokenizer(self, state: PipelineState, cfg, corpus: dict) -> str:
+    def _tokenizer_inputs(self, job: Job) -> dict:
+        return {
+            "corpus": job.corpus["sha256"],
+            "vocab_size": job.cfg.model.vocab_size,
+            "min_frequency": TOKENIZER_MIN_FREQUENCY,
+        }
+
+    def _make_tokenizer(self, job: Job, key: str) -> Made:
         from trainer.tokenizer.bpe import BpeConfigError  # noqa: PLC0415
         from trainer.tokenizer.counting import CorpusReadError  # noqa: PLC0415
         from trainer.tokenizer.training import train_tokenizer  # noqa: PLC0415
 
-        vocab = cfg.model.vocab_size
-        min_frequency = TOKENIZER_MIN_FREQUENCY
-        key = stage_key(
-            {"corpus": corpus["sha256"], "vocab_size": vocab, "min_frequency": min_frequency}
-        )
-        with self._stage("tokenizer") as info:
-            if state.done("tokenizer", key, self.out):
-                info.update(reused=True, note=f"vocab {vocab}, same corpus")
-                return state.output("tokenizer", "sha256")
-            started = time.perf_counter()
-            target = self.paths.tokenizer
-            self._make_room(state, "tokenizer", target, "another corpus or vocabulary")
-            try:
-                train_tokenizer(
-                    list(self.options.inputs),
-                    target,
-                    vocab_size=vocab,
-                    min_frequency=min_frequency,
-                    progress=self.progress,
-                )
-            except (CorpusReadError, BpeConfigError) as exc:
-                raise _failed("tokenizer", exc) from exc
-            sha = sha256_file(target / "tokenizer.json")
-            state.record(
-                "tokenizer",
-                key,
-                outputs=self._tree(target),
-                seconds=time.perf_counter() - started,
-                results={"sha256": sha, "vocab_size": vocab},
+        vocab = job.cfg.model.vocab_size
+        target = self.paths.tokenizer
+        self._make_room(job.state, "tokenizer", target, "another corpus or vocabulary")
+        try:
+            train_tokenizer(
+                list(self.options.inputs),
+                target,
+                vocab_size=vocab,
+                min_frequency=TOKENIZER_MIN_FREQUENCY,
+                progress=self.progress,
             )
-            info["note"] = f"vocab {vocab}"
-            return sha
+        except (CorpusReadError, BpeConfigError) as exc:
+            raise _failed("tokenizer", exc) from exc
+        sha = sha256_file(target / "tokenizer.json")
+        return Made(self._tree(target), {"sha256": sha, "vocab_size": vocab}, f"vocab {vocab}")
 
-    def _data(self, state: PipelineState, corpus: dict, tokenizer_sha: str) -> str:
+    def _data_inputs(self, job: Job) -> dict:
+        return {
+            "corpus": job.corpus["sha256"],
+            "tokenizer": job.state.output("tokenizer", "sha256"),
+            "val_fraction": self.options.val_fraction,
+        }
+
+    def _make_data(self, job: Job, key: str) -> Made:
         from trainer.data.encode import ENCODE_ERRORS, corpus_files, encode_corpus  # noqa: PLC0415
 
-        key = stage_key(
-            {
-                "corpus": corpus["sha256"],
-                "tokenizer": tokenizer_sha,
-                "val_fraction": self.options.val_fraction,
-            }
-        )
-        with self._stage("data") as info:
-            target = self.paths.data
-            if state.done("data", key, self.out) and self._shards_verify(target):
-                info.update(reused=True, note="shards verified by sha256")
-                return state.output("data", "sha256")
-            started = time.perf_counter()
-            self._make_room(state, "data", target, "another corpus or tokenizer")
-            try:
-                files, skipped = corpus_files(list(self.options.inputs), False, self.progress)
-                encode_corpus(
-                    files,
-                    self.paths.tokenizer,
-                    target,
-                    val_fraction=self.options.val_fraction,
-                    skipped_files=skipped,
-                    progress=self.progress,
-                )
-            except ENCODE_ERRORS as exc:
-                raise _failed("data", exc) from exc
-            sha = sha256_file(target / "manifest.json")
-            state.record(
-                "data",
-                key,
-                outputs=self._tree(target),
-                seconds=time.perf_counter() - started,
-                results={"sha256": sha},
+        target = self.paths.data
+        self._make_room(job.state, "data", target, "another corpus or tokenizer")
+        try:
+            files, skipped = corpus_files(list(self.options.inputs), False, self.progress)
+            encode_corpus(
+                files,
+                self.paths.tokenizer,
+                target,
+                val_fraction=self.options.val_fraction,
+                skipped_files=skipped,
+                progress=self.progress,
             )
-            return sha
+        except ENCODE_ERRORS as exc:
+            raise _failed("data", exc) from exc
+        return Made(self._tree(target), {"sha256": sha256_file(target / "manifest.json")})
 
-    @staticmethod
-    def _shards_verify(data_dir: Path) -> bool:
+    def _shards_verify(self, job: Job) -> bool:
         from trainer.data.manifest import ShardError, load_manifest  # noqa: PLC0415
 
         try:
-            load_manifest(data_dir, verify=True)
+            load_manifest(self.paths.data, verify=True)
         except (ShardError, OSError, ValueError):
             return False
         return True
@@ -353,7 +383,29 @@ class Pipeline:
         if not target.is_file() or target.read_text(encoding="utf-8") != text:
             atomic_write_text(target, text)
 
-    def _train(self, state: PipelineState, run_cfg, data_sha: str) -> tuple[Path, str]:
+    def _last_step(self, job: Job) -> int:
+        """The step this run ends at: --stop-after, else the schedule's end."""
+        return self.options.stop_after or job.run_cfg.training.max_steps
+
+    def _train_inputs(self, job: Job) -> dict:
+        from trainer.train.checkpointing import identity_hash  # noqa: PLC0415
+
+        # run.yaml is this stage's input: written (for where the run directory is now)
+        # and checked before the key is taken.
+        self._write_run_yaml()
+        job.run_cfg = _load_config(self.paths.run_config, self.options.device, self.progress)
+        # The run, not where it is: a moved run directory keeps the key and resumes. The
+        # last step is not in it: a later --stop-after continues the same run.
+        return {
+            "run": identity_hash(job.run_cfg.to_json()),
+            "data": job.state.output("data", "sha256"),
+            "device": self.options.device,
+        }
+
+    def _trained_to_last_step(self, job: Job) -> bool:
+        return job.state.result("train", "steps") == self._last_step(job)
+
+    def _make_train(self, job: Job, key: str) -> Made:
         from trainer.checkpoint.layout import MANIFEST_FILE, step_of  # noqa: PLC0415
         from trainer.checkpoint.load import latest_valid  # noqa: PLC0415
         from trainer.train.apply import (  # noqa: PLC0415
@@ -364,238 +416,219 @@ class Pipeline:
             apply_config,
             summary_line,
         )
-        from trainer.train.checkpointing import identity_hash  # noqa: PLC0415
 
-        steps = self.options.max_steps or run_cfg.training.max_steps
-        # The run, not where it is: a moved run directory keeps the key and resumes. The
-        # steps asked for are not in it: a longer --max-steps continues the same run.
-        key = stage_key(
-            {
-                "run": identity_hash(run_cfg.to_json()),
-                "data": data_sha,
-                "device": self.options.device,
-            }
-        )
-        train = self.paths.train
-        with self._stage("train") as info:
-            if state.done("train", key, self.out) and state.result("train", "steps") == steps:
-                checkpoint = self.out / state.output("train", "checkpoint")
-                info.update(reused=True, note=f"{self._rel(checkpoint)} verified by sha256")
-                return checkpoint, state.output("train", "manifest_sha256")
-            started = time.perf_counter()
-            newest = latest_valid(train.checkpoints)[0] if train.root.is_dir() else None
-            resume = None
-            if state.same_key("train", key) and newest is not None and step_of(newest) <= steps:
-                if state.stages["train"].get("status") == "done":  # a longer --max-steps
-                    self.say(f"      continuing the run from {self._rel(newest)} to step {steps}")
-                else:
-                    self.say(f"      resuming the interrupted run from {self._rel(newest)}")
-                resume = "latest"
+        state, train, steps = job.state, self.paths.train, self._last_step(job)
+        newest = latest_valid(train.checkpoints)[0] if train.root.is_dir() else None
+        resume = None
+        if state.same_key("train", key) and newest is not None and step_of(newest) <= steps:
+            if state.stages["train"].get("status") == "done":  # a later --stop-after
+                self.say(f"      continuing the run from {self._rel(newest)} to step {steps}")
             else:
-                why = (
-                    f"it trained past step {steps}"
-                    if state.same_key("train", key) and newest is not None
-                    else "another run config, data or device"
-                )
-                self._make_room(state, "train", train.root, why)
-            state.mark_started("train", key)
-            options = ApplyOptions(
-                max_steps=self.options.max_steps,
-                out=train.root,
-                device=self.options.device,
-                resume=resume,
+                self.say(f"      resuming the interrupted run from {self._rel(newest)}")
+            resume = "latest"
+        else:
+            why = (
+                f"it trained past step {steps}"
+                if state.same_key("train", key) and newest is not None
+                else "another run config, data or device"
             )
-            try:
-                result, out_dir = apply_config(self.paths.run_config, options, say=self.progress)
-            except ApplyError as exc:
-                raise _failed("train", exc) from exc
-            except RunAbortedError as exc:
-                raise _failed("train", f"run aborted: {exc}", exit_codes.ABORTED) from exc
-            self.say(summary_line(result, self.paths.run_config, out_dir))
-            if result.stop_reason == "signal":  # not finished: resumed by the next run
-                raise _interrupted(result.steps_run, result.signal)
-            if result.save_failed is not None:  # its steps are not all saved: no export
-                raise _failed(
-                    "train",
-                    f"the final checkpoint of step {result.steps_run} was not written "
-                    f"({result.save_failed}); nothing is exported or scored",
-                    exit_codes.SAVE_FAILED,
-                )
-            if result.stop_reason == "alert":  # it did not finish: no stage after it runs
-                stopped = alert_line(result) or "stopped by an alert"
-                raise _failed("train", stopped, exit_codes.ALERT_STOPPED)
-            newest, skipped = latest_valid(train.checkpoints)
-            if newest is None:
-                raise PipelineError(
-                    f"stage train: {train.checkpoints} holds no valid checkpoint after "
-                    f"the run ({'; '.join(why for _, why in skipped) or 'none written'})"
-                )
-            manifest_sha = sha256_file(newest / MANIFEST_FILE)
-            state.record(
+            self._make_room(state, "train", train.root, why)
+        state.mark_started("train", key)
+        options = ApplyOptions(
+            stop_after=self.options.stop_after,
+            out=train.root,
+            device=self.options.device,
+            resume=resume,
+        )
+        try:
+            result, out_dir = apply_config(self.paths.run_config, options, say=self.progress)
+        except ApplyError as exc:
+            raise _failed("train", exc) from exc
+        except RunAbortedError as exc:
+            raise _failed("train", f"run aborted: {exc}", exit_codes.ABORTED) from exc
+        self.say(summary_line(result, self.paths.run_config, out_dir))
+        if result.stop_reason == "signal":  # not finished: resumed by the next run
+            raise _interrupted(result.steps_run, result.signal)
+        if result.save_failed is not None:  # its steps are not all saved: no export
+            raise _failed(
                 "train",
-                key,
-                # The checkpoint the later stages read, every file of it, and the run's
-                # record of its steps (the plots are drawn from it).
-                outputs=self._tree(newest, train.metrics, train.training_state, train.manifest),
-                seconds=time.perf_counter() - started,
-                results={
-                    "checkpoint": self._rel(newest),
-                    "manifest_sha256": manifest_sha,
-                    "steps": steps,
-                },
+                f"the final checkpoint of step {result.steps_run} was not written "
+                f"({result.save_failed}); nothing is exported or scored",
+                exit_codes.SAVE_FAILED,
             )
-            return newest, manifest_sha
+        if result.stop_reason == "alert":  # it did not finish: no stage after it runs
+            stopped = alert_line(result) or "stopped by an alert"
+            raise _failed("train", stopped, exit_codes.ALERT_STOPPED)
+        newest, skipped = latest_valid(train.checkpoints)
+        if newest is None:
+            raise PipelineError(
+                f"stage train: {train.checkpoints} holds no valid checkpoint after "
+                f"the run ({'; '.join(why for _, why in skipped) or 'none written'})"
+            )
+        return Made(
+            # The checkpoint the later stages read, every file of it, and the run's
+            # record of its steps (the plots are drawn from it).
+            self._tree(newest, train.metrics, train.training_state, train.manifest),
+            {
+                "checkpoint": self._rel(newest),
+                "manifest_sha256": sha256_file(newest / MANIFEST_FILE),
+                "steps": steps,
+            },
+        )
 
-    def _export(self, state: PipelineState, checkpoint: Path, ckpt_sha: str) -> None:
+    def _checkpoint(self, job: Job) -> Path:
+        """The checkpoint the training stage left (read by every stage after it)."""
+        return self.out / job.state.output("train", "checkpoint")
+
+    def _export_inputs(self, job: Job) -> dict:
+        return {
+            "checkpoint": job.state.output("train", "manifest_sha256"),
+            "tokenizer": job.state.output("tokenizer", "sha256"),
+        }
+
+    def _make_export(self, job: Job, key: str) -> Made:
         from trainer.checkpoint.export import EXPORT_ERRORS, export_checkpoint  # noqa: PLC0415
 
-        key = stage_key({"checkpoint": ckpt_sha, "tokenizer": state.output("tokenizer", "sha256")})
-        with self._stage("export") as info:
-            if state.done("export", key, self.out):
-                info.update(reused=True)
-                return
-            started = time.perf_counter()
-            target = self.paths.export
-            self._make_room(state, "export", target, "another checkpoint or tokenizer")
-            try:
-                export_checkpoint(checkpoint, target, tokenizer_dir=self.paths.tokenizer)
-            except EXPORT_ERRORS as exc:
-                raise _failed("export", exc) from exc
-            model = target / "model.safetensors"
-            sha = sha256_file(model)
-            state.record(
-                "export",
-                key,
-                outputs=self._tree(target),
-                seconds=time.perf_counter() - started,
-                results={
-                    "dir": self._rel(target),
-                    "model_sha256": sha,
-                    "bytes": _tree_bytes(target),
-                },
-            )
+        target = self.paths.export
+        self._make_room(job.state, "export", target, "another checkpoint or tokenizer")
+        try:
+            export_checkpoint(self._checkpoint(job), target, tokenizer_dir=self.paths.tokenizer)
+        except EXPORT_ERRORS as exc:
+            raise _failed("export", exc) from exc
+        results = {
+            "dir": self._rel(target),
+            "model_sha256": sha256_file(target / "model.safetensors"),
+            "bytes": _tree_bytes(target),
+        }
+        return Made(self._tree(target), results)
 
-    def _baseline(self, state, run_cfg, checkpoint: Path, ckpt_sha: str) -> None:
+    def _baseline_inputs(self, job: Job) -> dict:
+        return {
+            "checkpoint": job.state.output("train", "manifest_sha256"),
+            "data": job.state.output("data", "sha256"),
+            "steps": _steps_done(self._checkpoint(job)),
+            "eval_tokens": job.run_cfg.training.eval_tokens,
+        }
+
+    def _make_baseline(self, job: Job, key: str) -> Made:
         from trainer.pipeline.baseline import measure_baseline  # noqa: PLC0415
 
-        steps = _steps_done(checkpoint)
-        key = stage_key(
-            {
-                "checkpoint": ckpt_sha,
-                "data": state.output("data", "sha256"),
-                "steps": steps,
-                "eval_tokens": run_cfg.training.eval_tokens,
-            }
+        checkpoint = self._checkpoint(job)
+        target = self.paths.baseline
+        result = measure_baseline(job.run_cfg, checkpoint, steps=_steps_done(checkpoint))
+        result["model"]["checkpoint"] = self._rel(checkpoint)
+        atomic_write_json(target, result)
+        note = (
+            f"model ppl {result['model']['perplexity']:.1f} vs KN trigram "
+            f"{result['kn_trigram']['perplexity']:.1f} on "
+            f"{result['validation']['targets']:,} val targets"
         )
-        with self._stage("baseline") as info:
-            target = self.paths.baseline
-            if state.done("baseline", key, self.out):
-                info.update(reused=True)
-                return
-            started = time.perf_counter()
-            result = measure_baseline(run_cfg, checkpoint, steps=steps)
-            result["model"]["checkpoint"] = self._rel(checkpoint)
-            atomic_write_json(target, result)
-            info["note"] = (
-                f"model ppl {result['model']['perplexity']:.1f} vs KN trigram "
-                f"{result['kn_trigram']['perplexity']:.1f} on "
-                f"{result['validation']['targets']:,} val targets"
-            )
-            state.record(
-                "baseline",
-                key,
-                outputs={self._rel(target): sha256_file(target)},
-                seconds=time.perf_counter() - started,
-            )
+        return Made({self._rel(target): sha256_file(target)}, note=note)
 
-    def _plots(self, state: PipelineState) -> None:
+    def _plots_inputs(self, job: Job) -> dict:
+        return {"metrics": sha256_file(self.paths.train.metrics)}
+
+    def _make_plots(self, job: Job, key: str) -> Made:
         from trainer.plot.write import PlotError, write_plots  # noqa: PLC0415
 
-        key = stage_key({"metrics": sha256_file(self.paths.train.metrics)})
-        with self._stage("plots") as info:
-            if state.done("plots", key, self.out):
-                info.update(reused=True)
-                return
-            started = time.perf_counter()
-            target = self.paths.plots
-            self._make_room(state, "plots", target, "the run's metrics changed")
-            try:
-                write_plots([self.paths.train.root], target)
-            except PlotError as exc:
-                raise _failed("plots", exc) from exc
-            made = sorted(p.name for p in target.iterdir())
-            state.record(
-                "plots",
-                key,
-                outputs=self._tree(target),
-                seconds=time.perf_counter() - started,
-                results={"files": [self._rel(target / n) for n in made]},
-            )
-            info["note"] = ", ".join(made)
+        target = self.paths.plots
+        self._make_room(job.state, "plots", target, "the run's metrics changed")
+        try:
+            write_plots([self.paths.train.root], target)
+        except PlotError as exc:
+            raise _failed("plots", exc) from exc
+        made = sorted(p.name for p in target.iterdir())
+        results = {"files": [self._rel(target / n) for n in made]}
+        return Made(self._tree(target), results, ", ".join(made))
 
-    def _gates(self, state: PipelineState, ckpt_sha: str) -> None:
-        with self._stage("gates") as info:
-            contracts = sorted(self.options.contracts.glob("*.yaml"))
-            if not self.options.gates or not contracts:
-                why = "--no-gates" if not self.options.gates else f"no {self.options.contracts}/"
-                info["note"] = f"skipped ({why}): the gate table shows the contracts' status only"
-                state.forget("gates")
-                return
-            key = stage_key(
-                {
-                    "checkpoint": ckpt_sha,
-                    "contracts": {p.name: sha256_file(p) for p in contracts},
-                    "code": _git_tree(),
-                }
-            )
-            if state.done("gates", key, self.out):
-                info.update(reused=True)
-                return
-            started = time.perf_counter()
-            valid = _valid_contracts(contracts, "gates", self.progress)
-            target = self.paths.evidence
-            target.mkdir(exist_ok=True)
-            checks, outputs = {}, {}
-            for gate, on_run in DEMO_GATES:
-                out = target / f"{gate}.json"
-                self.say(f"      gates check {gate}{' on this run' if on_run else ''}")
-                artifacts = [self.out] if on_run else []
-                evidence = _check_gate(valid, gate, artifacts, out, contracts, show=self.progress)
-                checks[gate] = {
-                    "verdict": evidence["verdict"],
-                    "on_this_run": on_run,
-                    "evidence": self._rel(out),
-                }
-                outputs[self._rel(out)] = sha256_file(out)
-            state.record(
-                "gates",
-                key,
-                outputs=outputs,
-                seconds=time.perf_counter() - started,
-                results={"checks": checks},
-            )
-            info["note"] = ", ".join(f"{g} {c['verdict']}" for g, c in checks.items())
+    def _contract_files(self) -> list[Path]:
+        return sorted(self.options.contracts.glob("*.yaml"))
 
-    def _report(self, state: PipelineState) -> None:
-        """`gates report` with this run's plot: made every time (a second or so, and its
-        inputs - every evidence file and the audit - are not worth a key of their own)."""
-        with self._stage("report") as info:
-            contracts = sorted(self.options.contracts.glob("*.yaml"))
-            if not contracts:
-                info["note"] = f"skipped (no {self.options.contracts}/)"
-                return
-            from gates.report.inputs import ReportError, gather  # noqa: PLC0415
-            from gates.report.page import render  # noqa: PLC0415
+    def _gates_inputs(self, job: Job) -> dict:
+        contracts = self._contract_files()
+        if not self.options.gates:
+            raise Skipped("skipped (--no-gates): the gate table shows the contracts' status only")
+        if not contracts:
+            raise Skipped(
+                f"skipped (no {self.options.contracts}/): the gate table shows the contracts' "
+                "status only"
+            )
+        return {
+            "checkpoint": job.state.output("train", "manifest_sha256"),
+            "contracts": {p.name: sha256_file(p) for p in contracts},
+            "code": _git_tree(),
+        }
 
-            target = self.paths.report
-            plots = [self.out / p for p in state.output("plots", "files") if p.endswith(".svg")]
-            valid = _valid_contracts(contracts, "report", self.progress)
-            try:
-                inputs = gather(valid, target, plots=plots)
-            except ReportError as exc:
-                raise _failed("report", f"`gates report`: {exc}; nothing written") from exc
-            atomic_write_bytes(target, render(inputs).encode("utf-8"))
-            info["note"] = str(target)
+    def _make_gates(self, job: Job, key: str) -> Made:
+        contracts = self._contract_files()
+        valid = _valid_contracts(contracts, "gates", self.progress)
+        target = self.paths.evidence
+        target.mkdir(exist_ok=True)
+        checks, outputs = {}, {}
+        for gate, on_run in DEMO_GATES:
+            out = target / f"{gate}.json"
+            self.say(f"      gates check {gate}{' on this run' if on_run else ''}")
+            artifacts = [self.out] if on_run else []
+            evidence = _check_gate(valid, gate, artifacts, out, contracts, show=self.progress)
+            checks[gate] = {
+                "verdict": evidence["verdict"],
+                "on_this_run": on_run,
+                "evidence": self._rel(out),
+            }
+            outputs[self._rel(out)] = sha256_file(out)
+        note = ", ".join(f"{g} {c['verdict']}" for g, c in checks.items())
+        return Made(outputs, {"checks": checks}, note)
+
+    def _report_inputs(self, job: Job) -> dict:
+        if not self._contract_files():
+            raise Skipped(f"skipped (no {self.options.contracts}/)")
+        return {}
+
+    def _make_report(self, job: Job, key: str) -> Made:
+        from gates.report.inputs import ReportError, gather  # noqa: PLC0415
+        from gates.report.page import render  # noqa: PLC0415
+
+        target = self.paths.report
+        plots = [self.out / p for p in job.state.output("plots", "files") if p.endswith(".svg")]
+        valid = _valid_contracts(self._contract_files(), "report", self.progress)
+        try:
+            inputs = gather(valid, target, plots=plots)
+        except ReportError as exc:
+            raise _failed("report", f"`gates report`: {exc}; nothing written") from exc
+        atomic_write_bytes(target, render(inputs).encode("utf-8"))
+        return Made({}, note=str(target))
+
+
+#: The pipeline, in order. Stage numbers are places in this table.
+STAGES = (
+    Stage(
+        "tokenizer",
+        Pipeline._tokenizer_inputs,
+        Pipeline._make_tokenizer,
+        reused_note=lambda p, job: f"vocab {job.cfg.model.vocab_size}, same corpus",
+    ),
+    Stage(
+        "data",
+        Pipeline._data_inputs,
+        Pipeline._make_data,
+        intact=Pipeline._shards_verify,
+        reused_note=lambda p, job: "shards verified by sha256",
+    ),
+    Stage(
+        "train",
+        Pipeline._train_inputs,
+        Pipeline._make_train,
+        intact=Pipeline._trained_to_last_step,
+        reused_note=lambda p, job: f"{p._rel(p._checkpoint(job))} verified by sha256",
+    ),
+    Stage("export", Pipeline._export_inputs, Pipeline._make_export),
+    Stage("baseline", Pipeline._baseline_inputs, Pipeline._make_baseline),
+    Stage("plots", Pipeline._plots_inputs, Pipeline._make_plots),
+    Stage("gates", Pipeline._gates_inputs, Pipeline._make_gates),
+    # Made every time: a second or so, and its inputs (every evidence file, the audit)
+    # are not worth a key of their own.
+    Stage("report", Pipeline._report_inputs, Pipeline._make_report, keyed=False),
+)
 
 
 # ------------------------------------------------------------------ helpers
@@ -608,7 +641,7 @@ def _failed(stage: str, why: object, status: int = exit_codes.FINDINGS) -> Pipel
     )
 
 
-def _load_config(path: Path, device: str, show: Callable[[str], None]):
+def _load_config(path: Path, device: str, show: Callable[[str], None]) -> RunConfig:
     """The checked config, refused (before any stage) for what ``device`` cannot run; the
     findings of a refused one go to ``show``, a line each."""
     from trainer.config.device import run_device  # noqa: PLC0415

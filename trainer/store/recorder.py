@@ -2,9 +2,9 @@
 
     recorder = RunRecorder(out_dir)
     recorder.start()                          # after run_manifest.json (and a resume's rewind)
-    recorder.step(line, max_steps=1000)       # per step: one row, one commit
+    recorder.step(line, last_step=1000)       # per step: one row, one commit
     recorder.checkpoint(15, checkpoint_dir)   # after a successful save (and its pruning)
-    recorder.finish("finished", "max_steps", ended=t)  # how the run ended (metrics.finish)
+    recorder.finish("finished", "last_step", ended=t)  # how the run ended (metrics.finish)
     recorder.close()
 
 ``start`` registers the run and makes the store say what the run directory's files say
@@ -157,22 +157,23 @@ class RunRecorder:
             )
             log.warning("%s", self.registry_failure)
 
-    def step(self, record: dict, *, max_steps: int) -> None:
-        """Store one step's metrics record (as written to metrics.jsonl) and commit."""
+    def step(self, record: dict, *, last_step: int) -> None:
+        """Store one step's metrics record (as written to metrics.jsonl) and commit;
+        ``last_step``: the step the run ends at (runs.max_steps)."""
         if self._conn is None:
             return
 
         def insert(conn: sqlite3.Connection) -> None:
             row = metric_row(record, f"{self.path}: step {record.get('step')!r}")
             conn.execute(sync.METRICS_INSERT, (self.run_id, *row))
-            if max_steps != self._max_steps:
+            if last_step != self._max_steps:
                 conn.execute(
-                    "UPDATE runs SET max_steps = ? WHERE run_id = ?", (max_steps, self.run_id)
+                    "UPDATE runs SET max_steps = ? WHERE run_id = ?", (last_step, self.run_id)
                 )
             self._last_step = row[0]
 
         self._guarded(insert)
-        self._max_steps = max_steps
+        self._max_steps = last_step
 
     def checkpoint(self, step: int, checkpoint_dir: Path) -> None:
         """After a successful save of ``step`` into ``checkpoint_dir`` (and the pruning that
@@ -214,7 +215,7 @@ class RunRecorder:
         the store. Idempotent."""
         if self._conn is not None and not self._finished:
             if self._last_step is not None and self._last_step == self._max_steps:
-                self.finish("finished", "max_steps")
+                self.finish("finished", "last_step")
             else:
                 self.finish("ended", None)
         conn, self._conn = self._conn, None

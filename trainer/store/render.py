@@ -38,7 +38,7 @@ def best_val(loss: float | None, step: int | None) -> str:
 
 
 def status(run: dict[str, Any]) -> str:
-    """The status with the loop's reason (``finished: step 10: max_steps 10 reached``)."""
+    """The status with the loop's reason (``finished: step 10: last step 10 reached``)."""
     reason = run.get("stop_reason")
     return f"{run['status']}: {reason}" if reason and reason != run["status"] else run["status"]
 

@@ -47,7 +47,7 @@ from trainer.runfiles.names import (
     RUN_MANIFEST_FILE,
     TRAINING_STATE_FILE,
 )
-from trainer.runfiles.training_state import END_STATUSES
+from trainer.runfiles.training_state import END_STATUSES, last_step_of
 from trainer.store.identity import IdentityError, identity_of
 from trainer.store.schema import INTEGER_METRICS, METRIC_COLUMNS
 from trainer.userfiles import display, is_utf8_name
@@ -162,7 +162,10 @@ def flatten(config: dict[str, Any] | None, prefix: str = "") -> list[tuple[str, 
 def _config_max_steps(config: dict[str, Any] | None) -> int | None:
     if not config:
         return None
-    override = (config.get("apply") or {}).get("max_steps")
+    apply = config.get("apply") or {}
+    # `trainer apply --stop-after` (manifests before the name was given one meaning:
+    # apply.max_steps)
+    override = apply.get("stop_after", apply.get("max_steps"))
     planned = (config.get("training") or {}).get("max_steps")
     value = override if override is not None else planned
     return value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -326,9 +329,9 @@ def read_state(run_dir: Path) -> tuple[int | None, EndRecord | None]:
     state = _read_json(path)  # a FIFO or a directory in its place: refused, saying which
     if not isinstance(state, dict):
         raise RunDirError(f"{path}: not a JSON object")
-    max_steps = state.get("max_steps")
+    max_steps = last_step_of(state)
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int)):
-        raise RunDirError(f"{path}: max_steps is not an integer: {max_steps!r}")
+        raise RunDirError(f"{path}: last_step is not an integer: {max_steps!r}")
     status = state.get("status")
     if status is None:
         return max_steps, None

@@ -142,7 +142,7 @@ def _end_of(
     if stored is not None and not (reached and stored[0] in FINAL_STATUS_UNKNOWN):
         return stored
     if reached:
-        return "finished", "max_steps", _mtime(files.run_dir / TRAINING_STATE_FILE)
+        return "finished", "last_step", _mtime(files.run_dir / TRAINING_STATE_FILE)
     return "unknown", None, None
 
 

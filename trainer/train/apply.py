@@ -2,9 +2,9 @@
 of `trainer apply CONFIG` (trainer/train/commands.py) and of `trainer pipeline`'s training
 stage.
 
-    result, out_dir = apply_config(Path("configs/quickstart-cpu.yaml"), ApplyOptions(max_steps=50))
+    result, out_dir = apply_config(Path("configs/quickstart-cpu.yaml"), ApplyOptions(stop_after=50))
 
-Checks come first and write nothing: ``max_steps``, the config (schema, architecture,
+Checks come first and write nothing: ``stop_after``, the config (schema, architecture,
 the values this run's device cannot honour, C-TRAINCFG-001 with the real sequence count),
 the data, and the output directory (a UTF-8 name, absent or a directory, under a writable
 directory; a run already there is refused unless resumed; another process writing it -
@@ -67,7 +67,7 @@ class ApplyOptions:
     become the loop's RunOptions (a run of apply always checkpoints), which
     run_manifest.json records as the config's ``apply`` block."""
 
-    max_steps: int | None = None  # stop after this many steps of the configured schedule
+    stop_after: int | None = None  # the last step of this run (the schedule stays the config's)
     out: Path | None = None  # output directory (None: the config's training.output_dir)
     device: str = "auto"  # auto | cpu | cuda
     compile: bool = False  # torch.compile the model (also on when the config says so)
@@ -82,8 +82,8 @@ def apply_config(
     """Check and train the run ``config`` describes; (its result, its output directory).
     Each finding of the config's checks is one line to ``say`` (None: logged)."""
     say = say if say is not None else _log_finding
-    if options.max_steps is not None and options.max_steps < 1:
-        raise ApplyError(f"--max-steps must be >= 1, got {options.max_steps}")
+    if options.stop_after is not None and options.stop_after < 1:
+        raise ApplyError(f"--stop-after must be >= 1, got {options.stop_after}")
     # The device the run gets, not "auto": bf16 without CUDA is refused here, not warned.
     findings, cfg, _ = validate(config, device=run_device(options.device))
     errors = [f for f in findings if f.severity == "error"]
@@ -110,9 +110,9 @@ def apply_config(
         raise ApplyError(f"{config}: the step algebra refuses this run; nothing written")
 
     max_steps = cfg.training.max_steps
-    if options.max_steps is not None and options.max_steps > max_steps:
+    if options.stop_after is not None and options.stop_after > max_steps:
         raise ApplyError(
-            f"--max-steps {options.max_steps} is past the config's training.max_steps "
+            f"--stop-after {options.stop_after} is past the config's training.max_steps "
             f"{max_steps}, the end of its LR schedule; nothing written"
         )
     out_dir = options.out if options.out is not None else cfg.training.output_dir
@@ -120,7 +120,7 @@ def apply_config(
         device=options.device,
         out_dir=out_dir,
         checkpoint=True,
-        stop_after=options.max_steps,
+        stop_after=options.stop_after,
         resume_from=options.resume,
         resume_override=options.resume_other_run,
         compile=options.compile,

@@ -1,7 +1,7 @@
 """`trainer apply CONFIG` - train the model a run config describes.
 
     trainer apply configs/quickstart-cpu.yaml                     # the whole run
-    trainer apply configs/quickstart-cpu.yaml --max-steps 50 --out /tmp/run
+    trainer apply configs/quickstart-cpu.yaml --stop-after 50 --out /tmp/run
 
 Checks come first and write nothing: the config (schema, architecture, C-TRAINCFG-001
 with the real sequence count), then the data, then the vocabulary preflight (model,
@@ -20,8 +20,9 @@ has nothing to resume: ``--resume`` says so, and ``--restart`` starts it over in
 directory, its earlier files moved (never deleted) into ``before-restart-N/`` there.
 ``--restart`` is refused where the run has a checkpoint: that run is resumed.
 
-``--max-steps N`` stops the run after N steps of the configured schedule (the learning
-rate follows the configured max_steps; the manifest records the override).
+``--stop-after N`` ends this run after step N of the configured schedule: the learning
+rate still follows training.max_steps, the schedule's length, so a later ``--resume``
+continues the same run (run_manifest.json records it as ``apply.stop_after``).
 
 Data parallel: ``torchrun --standalone --nproc_per_node N -m trainer apply CONFIG`` (or
 ``trainer apply CONFIG --nproc N``, which execs exactly that) trains on N processes
@@ -34,7 +35,7 @@ stop | warn``) are checked after every step; warn prints a line on stderr and ad
 ``alerts`` entry to the step's metrics line, stop ends the run after the first step that
 breaches the rule, with that step's checkpoint (trainer/train/alerts.py).
 
-Exit status: 0 the run finished (max_steps, early stopping, or SIGTERM/SIGINT after the
+Exit status: 0 the run finished (its last step, early stopping, or SIGTERM/SIGINT after the
 step in progress and a checkpoint); 1 the config or the data is unusable, the output
 directory already holds a run, the vocabularies disagree, or the resume is refused
 (nothing written); 4 a stop alert ended the run after a step (checkpointed when the run
@@ -53,6 +54,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +76,8 @@ def _torchrun_argv(args: argparse.Namespace) -> list[str]:
     """``python -m torch.distributed.run ... -m trainer apply`` with this call's options."""
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     argv += ["--nproc_per_node", str(args.nproc), "-m", "trainer", "apply", str(args.config)]
-    if args.max_steps is not None:
-        argv += ["--max-steps", str(args.max_steps)]
+    if args.stop_after is not None:
+        argv += ["--stop-after", str(args.stop_after)]
     if args.out is not None:
         argv += ["--out", str(args.out)]
     argv += ["--device", args.device]
@@ -117,7 +119,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     )
 
     options = ApplyOptions(
-        max_steps=args.max_steps,
+        stop_after=args.stop_after,
         out=args.out,
         device=args.device,
         compile=args.compile,
@@ -161,6 +163,29 @@ def _report(result: Any, config: Path, out_dir: Path | None) -> int:
     return status
 
 
+class _RenamedOption(argparse.Action):
+    """An option that was renamed: refused, naming the new one (never silently mapped)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser.error(
+            f"{option_string} is now --stop-after N: the last step of this run "
+            "(training.max_steps, in the config, is the length of its schedule)"
+        )
+
+
+def add_stop_after(p: argparse.ArgumentParser, kind: Callable[[str], int]) -> None:
+    """``--stop-after N``, the last step of this run, on `trainer apply` and `trainer
+    pipeline`; its old name ``--max-steps`` is refused with the new one."""
+    p.add_argument(
+        "--stop-after",
+        type=kind,
+        default=None,
+        metavar="N",
+        help="end this run after step N (the LR schedule stays training.max_steps long)",
+    )
+    p.add_argument("--max-steps", action=_RenamedOption, help=argparse.SUPPRESS)
+
+
 def add_apply_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "apply",
@@ -168,7 +193,7 @@ def add_apply_parser(sub: argparse._SubParsersAction) -> None:
         description=__doc__.splitlines()[0],
     )
     p.add_argument("config", type=Path, metavar="CONFIG")
-    p.add_argument("--max-steps", type=int, default=None, help="stop after N steps")
+    add_stop_after(p, int)
     p.add_argument("--out", type=Path, default=None, help="output directory (default: config)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")

@@ -137,7 +137,7 @@ def _compile_errors() -> tuple[type[BaseException], ...]:
 class TrainResult:
     steps_run: int
     val_losses: list[tuple[int, float]]
-    stop_reason: str  # "max_steps" | "early_stopping" | "signal" | "alert"
+    stop_reason: str  # "last_step" | "early_stopping" | "signal" | "alert"
     model: nn.Module
     optimizer: torch.optim.Optimizer
     # Wraps taken: the 0-based epoch (StepPlan.epoch) of the last step.
@@ -218,8 +218,8 @@ def _exhaustion_error(
         total = epochs * steps_per_epoch
         why = f"epochs {epochs} x {steps_per_epoch} steps per epoch = {total} steps"
     return DataExhaustedError(
-        f"step {step}: the training split is exhausted ({why}; max_steps is {last_step}). "
-        "Turn wrap_around on, raise epochs, lower max_steps or add data"
+        f"step {step}: the training split is exhausted ({why}; the run ends at step "
+        f"{last_step}). Turn wrap_around on, raise epochs, lower max_steps or add data"
     )
 
 
@@ -242,7 +242,7 @@ def _planned_steps(config: RunConfig, num_sequences: int, last_step: int) -> Ite
         micro_batch=data.micro_batch,
         grad_accum=training.gradient_accumulation,
         epochs=epochs,
-        max_steps=last_step,
+        last_step=last_step,
         world_size=world_size,
     ):
         if plan.epoch >= 1 and not training.wrap_around:
@@ -537,7 +537,7 @@ class _Run:
             fired = self.check_alerts(record)
             self.writer.write(
                 record,
-                max_steps=self.last_step,
+                last_step=self.last_step,
                 log_interval=self.config.monitoring.log_interval,
             )
             if self.checkpointer is not None and self.checkpointer.due(plan.step):
@@ -545,7 +545,7 @@ class _Run:
                 self.save(plan, final=plan.step == self.last_step)
             self.hooks.after_step(plan.step, record)
             # A stop alert, early stopping or a signal: the checkpoint below, then the end.
-            if self.stop_on_alert(fired) or self.result.stop_reason != "max_steps":
+            if self.stop_on_alert(fired) or self.result.stop_reason != "last_step":
                 break
             if self.signalled():
                 break
@@ -615,15 +615,15 @@ class _Run:
             got = self.stop.requested if self.stop is not None else None
             name = signal.Signals(got).name if got else "a signal to another rank"
             return "signal", f"{name}: stopped after step {r.steps_run}"
-        if r.stop_reason != "max_steps":
+        if r.stop_reason != "last_step":
             raise RuntimeError(f"no end status for stop reason {r.stop_reason!r}")
-        return "finished", f"step {r.steps_run}: max_steps {self.last_step} reached"
+        return "finished", f"step {r.steps_run}: last step {self.last_step} reached"
 
     def record_end(self, status: str, reason: str) -> None:
         """MetricsWriter.finish; a failure to write it is logged but does not replace the
         run's own outcome (its result, or the exception that aborted it)."""
         try:
-            self.writer.finish(status, reason, max_steps=self.last_step)
+            self.writer.finish(status, reason, last_step=self.last_step)
         except (OSError, metrics.MetricsFileError) as exc:
             log.error("could not record the end status %r: %s", status, exc)
 
@@ -710,7 +710,7 @@ def _start(
     if resumed_from and out_dir is not None:
         # The steps after the checkpoint are taken again: their earlier lines (and a line
         # torn by a kill) leave metrics.jsonl first, so every step appears once.
-        metrics.rewind(Path(out_dir), resumed_from, max_steps=last_step)
+        metrics.rewind(Path(out_dir), resumed_from, last_step=last_step)
     if out_dir is not None:
         write_run_manifest(config, options, Path(out_dir), seed=seed, device=device, world=world)
     # DDP after the resume (every rank holds the checkpoint's weights), compile after DDP.
@@ -736,7 +736,7 @@ def _start(
         result=TrainResult(
             steps_run=resumed_from,
             val_losses=state.metrics.losses,
-            stop_reason="max_steps",
+            stop_reason="last_step",
             model=model,
             optimizer=optimizer,
             resumed_from=resumed_from,

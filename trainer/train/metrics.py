@@ -3,9 +3,9 @@
     writer = MetricsWriter(out_dir, model_cfg, seq_len, device)   # out_dir None: no files
     record = writer.step_record(step, epoch=0, loss=3.2, lr=3e-4, grad_norm=0.8, tokens=4096,
                                 seconds=0.5)
-    writer.write(record, max_steps=1000, log_interval=10)
+    writer.write(record, last_step=1000, log_interval=10)
     writer.checkpoint(step, path)           # after a save: the run store lists it
-    writer.finish("finished", "max_steps")  # how the run ended, once, at its end
+    writer.finish("finished", "last_step")  # how the run ended, once, at its end
     writer.close()
 
 A record: step, epoch, loss, lr, grad_norm, tokens, tokens_per_s, step_s, and mfu on CUDA
@@ -25,7 +25,7 @@ feeds it to three sinks, in this order, each its own object:
 - ``progress`` (sinks.ProgressSink): the progress line, only where the entry point put
   a terminal (trainer.terminal.progress_line: stderr, when it is one; logs stay clean).
 
-On resume from the checkpoint of step k, ``rewind(out_dir, k, max_steps=...)`` first
+On resume from the checkpoint of step k, ``rewind(out_dir, k, last_step=...)`` first
 drops every metrics line past step k (those steps are taken again) and a torn last line
 (a SIGKILL mid-write), rewriting the file atomically, and points training_state.json at
 step k; so after any crash and resume every step appears once. A bad line anywhere but
@@ -137,27 +137,27 @@ class MetricsWriter:
             record["peak_fraction"] = fraction
         return record
 
-    def write(self, record: dict, *, max_steps: int, log_interval: int = 1) -> None:
+    def write(self, record: dict, *, last_step: int, log_interval: int = 1) -> None:
         """One step: its line to the files, then the same line to the run store, then the
         progress line (from the record itself: it formats floats, NaN included)."""
-        line = None if self.files is None else self.files.step(record, max_steps=max_steps)
+        line = None if self.files is None else self.files.step(record, last_step=last_step)
         if line is not None and self.recorder is not None:
-            self.recorder.step(line, max_steps=max_steps)
+            self.recorder.step(line, last_step=last_step)
         if self.progress is not None:
-            self.progress.step(record, max_steps=max_steps, log_interval=log_interval)
+            self.progress.step(record, last_step=last_step, log_interval=log_interval)
 
-    def finish(self, status: str, reason: str, *, max_steps: int | None = None) -> None:
+    def finish(self, status: str, reason: str, *, last_step: int | None = None) -> None:
         """Record how the run ended: training_state.json's latest state plus ``status``
         (END_STATUSES), ``reason`` and ``ended_at`` (UTC, ISO 8601), then the run store's
         row. Without it a monitor cannot tell a run that stopped on purpose (early
         stopping, a signal, an alert) or aborted from one that died without a word
-        (SIGKILL: "stale"). ``max_steps`` fills a state file the run never wrote (it ended
+        (SIGKILL: "stale"). ``last_step`` fills a state file the run never wrote (it ended
         before a step). ValueError for another status, whatever the sinks."""
         check_end_status(status)
         if self.files is None:
             return
         ended = datetime.now(UTC).isoformat(timespec="seconds")
-        self.files.finish(status, reason, ended=ended, max_steps=max_steps)
+        self.files.finish(status, reason, ended=ended, last_step=last_step)
         if self.recorder is not None:
             self.recorder.finish(status, reason, ended=ended)
 

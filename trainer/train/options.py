@@ -33,7 +33,7 @@ class RunOptions:
     # Save checkpoints into out_dir/checkpoints: every training.save_interval steps, the
     # last step, and on SIGTERM/SIGINT (handled only then). Needs out_dir.
     checkpoint: bool = False
-    # Stop after this step (`trainer apply --max-steps`); the LR schedule keeps the
+    # Stop after this step (`trainer apply --stop-after`); the LR schedule keeps the
     # config's training.max_steps, so a later resume continues the same run. None: run
     # to max_steps.
     stop_after: int | None = None
@@ -75,7 +75,7 @@ class RunOptions:
         """run_manifest.json's ``config.apply`` block: how this process ran the run (the
         name is `trainer apply`'s, whose flags these are). No part of the resume identity."""
         return {
-            "max_steps": self.stop_after,
+            "stop_after": self.stop_after,
             "out": None if self.out_dir is None else str(self.out_dir),
             "device": self.device,
             "compile": self.compile or config.training.compile,

@@ -2,10 +2,10 @@
 each step to all of them.
 
     files = JsonlSink(RunDir(out_dir))       # metrics.jsonl + training_state.json
-    files.step(record, max_steps=1000)       # returns the line it wrote (json_record)
-    files.finish("finished", "max_steps", ended=now, max_steps=1000)
+    files.step(record, last_step=1000)       # returns the line it wrote (json_record)
+    files.finish("finished", "last_step", ended=now, last_step=1000)
     progress = ProgressSink(terminal.progress_line())   # None off a terminal: no sink
-    progress.step(record, max_steps=1000, log_interval=10)
+    progress.step(record, last_step=1000, log_interval=10)
 
 The third sink, the run store (runs.db), is trainer/store/recorder.py's RunRecorder.
 ``rewind`` makes a run directory's files those of a run that stopped at a checkpoint's
@@ -28,25 +28,25 @@ from trainer.runfiles.training_state import write_end, write_progress
 
 class JsonlSink:
     """A run directory's metrics.jsonl (a line per step, appended) and training_state.json
-    (the latest line and max_steps, replaced atomically after it)."""
+    (the latest line and the run's last step, replaced atomically after it)."""
 
     def __init__(self, run: RunDir) -> None:
         self.run = run
         run.root.mkdir(parents=True, exist_ok=True)
         self._log: MetricsLog | None = MetricsLog(run.metrics)
 
-    def step(self, record: dict, *, max_steps: int) -> dict | None:
+    def step(self, record: dict, *, last_step: int) -> dict | None:
         """Write one step's record; returns the line written (None once closed)."""
         if self._log is None:
             return None
         line = json_record(record)
         self._log.append(line)
-        write_progress(self.run.training_state, max_steps=max_steps, last=line)
+        write_progress(self.run.training_state, last_step=last_step, last=line)
         return line
 
-    def finish(self, status: str, reason: str, *, ended: str, max_steps: int | None) -> None:
+    def finish(self, status: str, reason: str, *, ended: str, last_step: int | None) -> None:
         """Add the end record to training_state.json (after close too)."""
-        write_end(self.run.training_state, status, reason, ended=ended, max_steps=max_steps)
+        write_end(self.run.training_state, status, reason, ended=ended, last_step=last_step)
 
     def close(self) -> None:
         if self._log is not None:
@@ -68,10 +68,10 @@ class ProgressSink:
     def __init__(self, line: ProgressLine) -> None:
         self.line = line
 
-    def step(self, record: dict, *, max_steps: int, log_interval: int) -> None:
+    def step(self, record: dict, *, last_step: int, log_interval: int) -> None:
         if record["step"] % log_interval == 0:
             self.line.draw_progress(
-                f"step {record['step']}/{max_steps}  loss {record['loss']:.4f}  "
+                f"step {record['step']}/{last_step}  loss {record['loss']:.4f}  "
                 f"lr {record['lr']:.2e}  |g| {record['grad_norm']:.3f}  "
                 f"{record['tokens_per_s']:,.0f} tok/s"
             )
@@ -80,7 +80,7 @@ class ProgressSink:
         self.line.end_progress()
 
 
-def rewind(out_dir: Path, step: int, *, max_steps: int) -> list[int]:
+def rewind(out_dir: Path, step: int, *, last_step: int) -> list[int]:
     """Make ``out_dir``'s metrics those of a run that stopped after ``step``: drop the lines
     of later steps and a torn last line (metrics.jsonl rewritten atomically, only when
     something changes), and point training_state.json at ``step``'s record. Returns the
@@ -90,5 +90,5 @@ def rewind(out_dir: Path, step: int, *, max_steps: int) -> list[int]:
         return []
     dropped, last_record = rewind_metrics(run.metrics, step)
     if run.training_state.is_file():
-        write_progress(run.training_state, max_steps=max_steps, last=last_record)
+        write_progress(run.training_state, last_step=last_step, last=last_record)
     return dropped

@@ -13,14 +13,15 @@ Rules, written out once:
    ``epoch_order(N, seed=seed, epoch=e)[i]`` of trainer/train/sequences.py.)
 2. The last partial global batch of every epoch is dropped (never carried into the next
    epoch), so every epoch has the same steps.
-3. The run stops the moment ``max_steps`` steps have been taken, mid-epoch if need be.
+3. The run stops the moment its ``last_step`` has been taken, mid-epoch if need be (the
+   config's ``training.max_steps``, or an earlier ``--stop-after``).
 
 Within a step, micro-step ``a`` (0 .. grad_accum - 1) is ``world_size * micro_batch``
 consecutive positions, and rank ``r`` takes positions ``r*micro_batch ..
 (r+1)*micro_batch - 1`` of them: the ranks' slices are disjoint and together are the
 single-process micro-batch.
 
-    for step in iterate_steps(N, micro_batch=4, grad_accum=8, epochs=3, max_steps=1000):
+    for step in iterate_steps(N, micro_batch=4, grad_accum=8, epochs=3, last_step=1000):
         set_lr(optimizer, lr_at(step.step, peak=..., warmup=..., max_steps=1000, min_lr=...))
         for seqs in step.micro_batches(rank):       # ranges of sequence indices
             loss = model(batch_of(seqs)) / step.grad_accum; loss.backward()
@@ -70,12 +71,12 @@ class StepPlan(NamedTuple):
 
 
 def epoch_steps(
-    num_sequences: int, global_batch: int, steps_done: int, max_steps: int
+    num_sequences: int, global_batch: int, steps_done: int, last_step: int
 ) -> Iterator[int]:
     """First-sequence indices of one epoch's whole global batches, stopping once the run
-    has taken ``max_steps`` steps (``steps_done`` were taken before this epoch)."""
+    has taken ``last_step`` steps (``steps_done`` were taken before this epoch)."""
     first = 0
-    while first + global_batch <= num_sequences and steps_done < max_steps:
+    while first + global_batch <= num_sequences and steps_done < last_step:
         yield first
         first += global_batch
         steps_done += 1
@@ -87,7 +88,7 @@ def iterate_steps(
     micro_batch: int,
     grad_accum: int,
     epochs: int,
-    max_steps: int,
+    last_step: int,
     world_size: int = 1,
 ) -> Iterator[StepPlan]:
     """Yield one :class:`StepPlan` per optimizer step of the run, in order."""
@@ -96,7 +97,7 @@ def iterate_steps(
         ("micro_batch", micro_batch, 1),
         ("grad_accum", grad_accum, 1),
         ("epochs", epochs, 0),
-        ("max_steps", max_steps, 0),
+        ("last_step", last_step, 0),
         ("world_size", world_size, 1),
     ):
         if value < low:
@@ -104,8 +105,8 @@ def iterate_steps(
     global_batch = micro_batch * grad_accum * world_size
     step = 0
     for epoch in range(epochs):
-        if step >= max_steps:
+        if step >= last_step:
             return
-        for first in epoch_steps(num_sequences, global_batch, step, max_steps):
+        for first in epoch_steps(num_sequences, global_batch, step, last_step):
             step += 1
             yield StepPlan(step, epoch, first, micro_batch, grad_accum, world_size)

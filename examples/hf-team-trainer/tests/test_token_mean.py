@@ -1,7 +1,8 @@
-"""FALSIFY-TEAM-TRAINER-001 and -002 (contracts/team-trainer-v1.yaml): the team's Trainer,
-built by the factory pyproject.toml names, gives the token-mean gradient of each accumulation
-window: full windows of unequal micro-batches, a last window or micro-batch shorter than the
-others, and label smoothing. The scenarios are the Trainer pack's (hf_example)."""
+"""FALSIFY-TEAM-TRAINER-001, -002 and -003 (contracts/team-trainer-v1.yaml): the team's
+Trainer, built by the factory pyproject.toml names, gives the token-mean gradient of each
+accumulation window: full windows of unequal micro-batches, a last window or micro-batch
+shorter than the others, label smoothing, and padding-free batches. The scenarios are the
+Trainer pack's (hf_example)."""
 
 from pathlib import Path
 
@@ -48,3 +49,20 @@ def test_short_last_windows_and_label_smoothing_give_each_windows_token_mean(fac
         assert len(results) == windows, f"{len(results)} steps, {windows} windows"
         assert len(results[-1].micro_batch_targets) < grad_accum, "the last window is short"
         _agree(results, f"{sequences} sequences at {micro_batch} x {grad_accum}, smoothing {eps}")
+
+
+@pytest.mark.ship_blocking
+def test_padding_free_batches_train_as_their_sequences_padded(factory):
+    cases = [  # (micro-batch, accumulation, sequences, label smoothing)
+        (2, 3, 6, 0.0),  # one full window of rows of 2 sequences
+        (2, 2, 5, 0.0),  # a last row of one sequence
+        (3, 2, 9, 0.1),  # smoothing, and a last window of one row
+    ]
+    for micro_batch, grad_accum, sequences, eps in cases:
+        results = hf_example.accumulation_steps(
+            micro_batch, grad_accum, sequences, label_smoothing=eps, padding_free=True,
+            factory=factory,
+        )  # fmt: skip
+        windows = -(-sequences // (micro_batch * grad_accum))
+        assert len(results) == windows, f"{len(results)} steps, {windows} windows"
+        _agree(results, f"padding-free, {sequences} sequences at {micro_batch} x {grad_accum}")

@@ -4,6 +4,7 @@ naming the file, line and key; a factory's Trainer is the one the scenarios run,
 scenario's own model. Not bound to a gate: examples/hf-team-trainer measures a factory."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import hf_example
 import hf_trainer_pack
@@ -122,3 +123,27 @@ def test_a_factory_that_builds_no_trainer_or_trains_another_model_is_refused(tmp
             data,
             factory=lambda m, a, d, c: Trainer(model=other, args=a, train_dataset=d),
         )
+
+
+def test_padding_free_windows_hold_a_trainer_to_its_sequences_padded(monkeypatch):
+    # Positive control: the stock Trainer over padding-free rows (DataCollatorWithFlattening
+    # in place of its collator) gives each window's padded token mean, rows of 2 sequences.
+    results = hf_example.accumulation_steps(2, 2, 5, padding_free=True)
+    assert [r.micro_batch_targets for r in results] == [[9, 22], [14]]
+    assert all(r.max_grad_relative_error <= 1e-6 for r in results), results
+    assert all(r.loss_relative_error <= 1e-6 for r in results), results
+    # Seeded defect: a collator that leaves out position_ids makes each row one long
+    # sequence; the scenario must see it (the reference is the padded window, not the row).
+    flattening = hf_example.padding_free_collator().__class__
+    monkeypatch.setattr(
+        hf_example, "padding_free_collator", lambda: flattening(return_position_ids=False)
+    )
+    broken = hf_example.accumulation_steps(2, 2, 5, padding_free=True)
+    assert broken[0].max_grad_relative_error > 1e-2, broken
+
+
+def test_a_release_without_a_padding_free_collator_is_named(monkeypatch):
+    # transformers 4.43 and older: the collator is looked up by name and its absence named
+    monkeypatch.setattr(hf_example, "transformers", SimpleNamespace(__version__="4.43.0"))
+    with pytest.raises(ValueError, match=r"4\.43\.0 has no DataCollatorWithFlattening"):
+        hf_example.accumulation_steps(2, 2, 5, padding_free=True)

@@ -42,6 +42,6 @@ def test_the_store_is_related_to_a_real_runs_median_step(tmp_path):
 
 
 def test_a_store_that_records_nothing_fails_the_benchmark(tmp_path, monkeypatch):
-    monkeypatch.setattr(RunRecorder, "step", lambda self, record, *, max_steps: None)
+    monkeypatch.setattr(RunRecorder, "step", lambda self, record, *, last_step: None)
     with pytest.raises(RuntimeError, match=r"runs\.db: 0 rows for 6 steps"):
         bench_store.run_benchmark(6, tmp_path)

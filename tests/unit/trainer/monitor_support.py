@@ -36,13 +36,13 @@ def make_run(
     root: Path,
     *,
     steps: int = 30,
-    max_steps: int = 50,
+    last_step: int = 50,
     overrides: dict[int, dict] | None = None,
     checkpoints: tuple[int, ...] = (10, 20),
     updated_ago: float = 1.0,
     end: tuple[str, str] | None = None,
 ) -> Path:
-    """A run that has taken ``steps`` of ``max_steps``; its files were last written
+    """A run that has taken ``steps`` of ``last_step``; its files were last written
     ``updated_ago`` seconds before NOW, each checkpoint 0.5 s per step after its start.
     ``end``: (status, reason) of the loop's end record (MetricsWriter.finish's keys)."""
     root.mkdir(parents=True, exist_ok=True)
@@ -50,7 +50,7 @@ def make_run(
     lines = [record(s, **overrides.get(s, {})) for s in range(1, steps + 1)]
     text = "".join(json.dumps(line) + "\n" for line in lines)
     (root / METRICS_FILE).write_text(text, encoding="utf-8")
-    state = {"max_steps": max_steps, "last": lines[-1]}
+    state = {"last_step": last_step, "last": lines[-1]}
     if end is not None:
         state |= {"status": end[0], "reason": end[1], "ended_at": "2023-11-14T22:13:19+00:00"}
     atomic_write_json(root / TRAINING_STATE_FILE, state)

@@ -26,7 +26,7 @@ def manifest(run_id: str | None = RUN_ID, *, lr: float = 3e-3, max_steps: int = 
             "name": "hand-made",
             "optimizer": {"name": "adamw", "lr": lr, "betas": [0.9, 0.95]},
             "training": {"max_steps": max_steps, "seed": 42, "compile": False},
-            "apply": {"max_steps": None, "out": "somewhere"},
+            "apply": {"stop_after": None, "out": "somewhere"},
         },
         "versions": {"trainer": "0.1.0"},
         "git": {"commit": "abc123", "dirty": False},
@@ -75,7 +75,7 @@ def write_run(
     (run_dir / METRICS_FILE).write_text("".join(json.dumps(x) + "\n" for x in lines) + tail)
     if lines:
         atomic_write_json(
-            run_dir / TRAINING_STATE_FILE, {"max_steps": max_steps, "last": lines[-1]}
+            run_dir / TRAINING_STATE_FILE, {"last_step": max_steps, "last": lines[-1]}
         )
     return run_dir
 

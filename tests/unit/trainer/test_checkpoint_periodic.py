@@ -113,7 +113,7 @@ def test_a_failed_save_is_loud_and_training_goes_on_with_the_previous_checkpoint
 
     monkeypatch.setattr(save_module, "_write_model", disk_full_once)
     result = _train(tmp_path)
-    assert (result.steps_run, result.stop_reason) == (35, "max_steps")
+    assert (result.steps_run, result.stop_reason) == (35, "last_step")
     assert result.checkpoints == [10, 30, 35] == _saved(tmp_path)
     (err,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert "CHECKPOINT FAILED at step 20" in err and "No space left" in err, err

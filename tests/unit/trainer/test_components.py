@@ -39,7 +39,7 @@ def train_state(world_size: int = 1, config_hash: str = "c" * 64) -> components.
 
 def _after_steps(state: components.TrainState, steps: int) -> None:
     """The parts as a run leaves them after ``steps`` steps of 4 per epoch, one evaluation."""
-    plans = list(iterate_steps(16, micro_batch=2, grad_accum=2, epochs=3, max_steps=steps))
+    plans = list(iterate_steps(16, micro_batch=2, grad_accum=2, epochs=3, last_step=steps))
     state.data.completed(plans[-1])
     state.schedule.step = steps
     state.guards.check(3.5)

@@ -43,7 +43,7 @@ def loop_steps(x: AlgebraInputs) -> int:
             micro_batch=x.micro_batch,
             grad_accum=x.grad_accum,
             epochs=x.epochs,
-            max_steps=x.max_steps,
+            last_step=x.max_steps,
         )
     )
 

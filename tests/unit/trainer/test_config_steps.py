@@ -30,7 +30,7 @@ class StubLoader:
 def run_stub_loop(n: int, b: int, g: int, epochs: int, max_steps: int) -> tuple[int, int]:
     """(optimizer steps taken, epochs entered) by a loop that follows the driver."""
     loader, steps, epoch_seen = StubLoader(n), 0, -1
-    for plan in iterate_steps(n, micro_batch=b, grad_accum=g, epochs=epochs, max_steps=max_steps):
+    for plan in iterate_steps(n, micro_batch=b, grad_accum=g, epochs=epochs, last_step=max_steps):
         loader.take(plan)  # the stub step function: count and check the batch
         steps += 1
         assert plan.step == steps
@@ -92,7 +92,7 @@ def test_the_algebra_predicts_the_steps_the_loop_driver_runs(cfg):
 
 def test_the_driver_drops_each_epochs_partial_batch_and_stops_mid_epoch():
     # 10 sequences, 3 per step: 3 steps per epoch, sequence 9 never used.
-    plans = list(iterate_steps(10, micro_batch=3, grad_accum=1, epochs=5, max_steps=7))
+    plans = list(iterate_steps(10, micro_batch=3, grad_accum=1, epochs=5, last_step=7))
     assert [(p.step, p.epoch, p.first_sequence) for p in plans] == [
         (1, 0, 0),
         (2, 0, 3),
@@ -103,12 +103,12 @@ def test_the_driver_drops_each_epochs_partial_batch_and_stops_mid_epoch():
         (7, 2, 0),
     ]
     assert run_stub_loop(10, 3, 1, 5, 7) == (7, 3)
-    assert list(iterate_steps(10, micro_batch=3, grad_accum=4, epochs=5, max_steps=7)) == []
+    assert list(iterate_steps(10, micro_batch=3, grad_accum=4, epochs=5, last_step=7)) == []
 
 
 def test_micro_batches_tile_the_global_batch_rank_by_rank():
     plan = next(
-        iterate_steps(100, micro_batch=2, grad_accum=3, epochs=1, max_steps=1, world_size=2)
+        iterate_steps(100, micro_batch=2, grad_accum=3, epochs=1, last_step=1, world_size=2)
     )
     assert plan.sequences == range(0, 12)
     rank0, rank1 = plan.micro_batches(0), plan.micro_batches(1)
@@ -123,4 +123,4 @@ def test_micro_batches_tile_the_global_batch_rank_by_rank():
 
 def test_driver_arguments_out_of_range_are_refused():
     with pytest.raises(ValueError, match="grad_accum must be >= 1"):
-        list(iterate_steps(10, micro_batch=1, grad_accum=0, epochs=1, max_steps=1))
+        list(iterate_steps(10, micro_batch=1, grad_accum=0, epochs=1, last_step=1))

@@ -34,7 +34,7 @@ def test_nproc_execs_torchrun_with_the_same_options(monkeypatch):
     monkeypatch.setattr(commands.os, "execvp", execvp)
     with pytest.raises(_ExecError):
         cli.main(
-            ["apply", "run.yaml", "--nproc", "2", "--out", "o", "--max-steps", "5", "--resume"]
+            ["apply", "run.yaml", "--nproc", "2", "--out", "o", "--stop-after", "5", "--resume"]
         )
     assert seen["file"] == sys.executable
     assert seen["argv"] == [
@@ -48,7 +48,7 @@ def test_nproc_execs_torchrun_with_the_same_options(monkeypatch):
         "trainer",
         "apply",
         "run.yaml",
-        "--max-steps",
+        "--stop-after",
         "5",
         "--out",
         "o",

@@ -156,7 +156,7 @@ def test_a_warn_rule_reports_each_breach_and_the_run_goes_on(tmp_path, caplog):
     r = rule("val_loss > 0", action="warn")
     val = TensorSequences(random_rows(8, 8, seed=9))
     result = _train(tmp_path, {"monitoring.alerts": (r,), "training.eval_interval": 4}, val)
-    assert (result.stop_reason, result.steps_run, result.alert) == ("max_steps", 12, None)
+    assert (result.stop_reason, result.steps_run, result.alert) == ("last_step", 12, None)
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines if "alerts" in x] == [4, 8, 12]
     assert lines[3]["alerts"] == [
@@ -168,11 +168,11 @@ def test_a_warn_rule_reports_each_breach_and_the_run_goes_on(tmp_path, caplog):
 
 
 # ---------------------------------------------------------------- end of run
-def test_a_run_to_max_steps_ends_finished(tmp_path):
+def test_a_run_to_its_last_step_ends_finished(tmp_path):
     _train(tmp_path)
     state = _state(tmp_path)
-    assert (state["status"], state["reason"]) == ("finished", "step 12: max_steps 12 reached")
-    assert state["last"]["step"] == 12 and state["max_steps"] == 12
+    assert (state["status"], state["reason"]) == ("finished", "step 12: last step 12 reached")
+    assert state["last"]["step"] == 12 and state["last_step"] == 12
 
 
 def test_early_stopping_ends_early_stopping(tmp_path, monkeypatch):
@@ -228,9 +228,9 @@ def test_an_exception_ends_aborted_and_still_propagates(tmp_path, monkeypatch, e
 def test_finish_without_a_step_and_with_a_bad_status(tmp_path):
     writer = metrics.MetricsWriter(tmp_path, tiny_config(), 8, torch.device("cpu"))
     writer.close()  # finish needs no open metrics file
-    writer.finish("aborted", "before step 1", max_steps=7)
+    writer.finish("aborted", "before step 1", last_step=7)
     state = _state(tmp_path)
-    assert (state["max_steps"], state["last"], state["status"]) == (7, None, "aborted")
+    assert (state["last_step"], state["last"], state["status"]) == (7, None, "aborted")
     with pytest.raises(ValueError, match="not one of"):
         writer.finish("done", "")
     ended = {"finished", "early_stopping", "signal", "alert", "aborted", "save_failed"}

@@ -70,7 +70,7 @@ def test_a_run_resumed_from_an_earlier_checkpoint_has_each_step_once(tmp_path, k
     assert steps == list(range(1, 9)), f"metrics.jsonl after resuming at step 4: {steps}"
     assert [x["loss"] for x in lines] == [r["loss"] for r in straight.records]
     state = json.loads((out / metrics.TRAINING_STATE_FILE).read_text())
-    assert state["last"]["step"] == 8 and state["max_steps"] == 8
+    assert state["last"]["step"] == 8 and state["last_step"] == 8
     assert not list(out.glob(".metrics.jsonl.*")), "no temp file left behind"
 
 
@@ -88,19 +88,19 @@ def _metrics_file(out: Path, steps: range, tail: str = "") -> Path:
 def test_rewind_keeps_the_steps_up_to_the_checkpoint_and_drops_a_torn_last_line(tmp_path, tail):
     path = _metrics_file(tmp_path, range(1, 31), tail)
 
-    dropped = metrics.rewind(tmp_path, 20, max_steps=40)
+    dropped = metrics.rewind(tmp_path, 20, last_step=40)
 
     assert dropped == list(range(21, 31))
     assert [json.loads(x)["step"] for x in path.read_text().splitlines()] == list(range(1, 21))
     assert path.read_text().endswith("}\n")
     state = json.loads((tmp_path / metrics.TRAINING_STATE_FILE).read_text())
-    assert state == {"max_steps": 40, "last": {"step": 20, "loss": 1.0 / 20}}
+    assert state == {"last_step": 40, "last": {"step": 20, "loss": 1.0 / 20}}
 
 
 def test_rewind_leaves_a_file_with_nothing_to_drop_untouched(tmp_path):
     path = _metrics_file(tmp_path, range(1, 21))
     inode = path.stat().st_ino
-    assert metrics.rewind(tmp_path, 20, max_steps=40) == []
+    assert metrics.rewind(tmp_path, 20, last_step=40) == []
     assert path.stat().st_ino == inode, "rewritten though nothing changed"
 
 
@@ -113,7 +113,7 @@ def test_a_damaged_line_before_the_last_is_an_error_naming_file_and_line(tmp_pat
     before = path.read_bytes()
 
     with pytest.raises(metrics.MetricsFileError) as refused:
-        metrics.rewind(tmp_path, 20, max_steps=40)
+        metrics.rewind(tmp_path, 20, last_step=40)
 
     assert f"{path}: line 5 " in str(refused.value), str(refused.value)
     assert path.read_bytes() == before, "the damaged file was changed"

@@ -51,11 +51,11 @@ def test_stop_after_ends_the_run_early_on_the_configured_schedule(tmp_path):
     out = tmp_path / "run"
     options = RunOptions(out_dir=out, stop_after=5)
     stopped = loop.train(config, _data(), None, options=options)
-    assert stopped.steps_run == 5 and stopped.stop_reason == "max_steps"
+    assert stopped.steps_run == 5 and stopped.stop_reason == "last_step"
     assert stopped.lrs == full.lrs[:5], "the LR schedule is the config's 8 steps, not 5"
     assert stopped.losses == full.losses[:5]
     state = json.loads((out / "training_state.json").read_text())
-    assert (state["max_steps"], state["reason"]) == (5, "step 5: max_steps 5 reached")
+    assert (state["last_step"], state["reason"]) == (5, "step 5: last step 5 reached")
 
 
 def test_a_stop_after_past_the_schedule_is_refused_with_nothing_written(tmp_path):
@@ -72,7 +72,7 @@ def test_the_manifest_records_the_options_and_the_identity_ignores_them(tmp_path
     loop.train(config, _data(), None, options=options)
     manifest = json.loads((out / "run_manifest.json").read_text())
     assert manifest["config"]["apply"] == {
-        "max_steps": 2,
+        "stop_after": 2,
         "out": str(out),
         "device": "cpu",
         "compile": False,

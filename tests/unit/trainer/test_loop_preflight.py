@@ -168,7 +168,7 @@ def _stopped_tiny_run(data_of, tmp_path) -> tuple[Path, Path, Path]:
         tmp_path / "run.yaml", shards, own, tmp_path / "unused", max_steps=20, save_interval=2
     )
     run = tmp_path / "run"
-    args = ["apply", str(config), "--out", str(run), "--device", "cpu", "--max-steps", "4"]
+    args = ["apply", str(config), "--out", str(run), "--device", "cpu", "--stop-after", "4"]
     assert cli.main(args) == 0
     assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.is_dir()) == [
         "step-00000002",

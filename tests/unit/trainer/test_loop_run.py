@@ -218,7 +218,7 @@ def test_a_non_finite_loss_or_gradient_stops_before_the_optimizer_step(
         return model
 
     monkeypatch.setattr(loop, "build_model", build_poisoned)
-    rc = cli.main(["apply", str(config), "--max-steps", "10", "--device", "cpu"])
+    rc = cli.main(["apply", str(config), "--stop-after", "10", "--device", "cpu"])
     err = capsys.readouterr().err
     assert rc != 0, f"trainer apply exited {rc} on a NaN loss"
     assert re.search(r"step 7\b.*loss is nan", err), err
@@ -256,7 +256,7 @@ def test_the_scheduled_lr_is_on_every_param_group_before_every_optimizer_step():
     assert [lr for _, lr in rec.lrs[20]] == [3e-4, 3e-4]
     assert [lr for _, lr in rec.lrs[200]] == [3e-5, 3e-5]
     assert result.lrs == [rec.lrs[s][0][1] for s in range(1, 201)], "the logged lr is applied"
-    # Stopped early (`--max-steps 60`), the run keeps the schedule over max_steps 200.
+    # Stopped early (`--stop-after 60`), the run keeps the schedule over max_steps 200.
     stopped = Recorder()
     train(run, data, None, options=RunOptions(stop_after=60), hooks=stopped)
     assert sorted(stopped.lrs) == list(range(1, 61))

@@ -71,7 +71,7 @@ def test_the_progress_line_is_drawn_every_log_interval_from_the_record_itself():
     writer = metrics.MetricsWriter(None, tiny_config(), 8, CPU, progress=screen)
     for step in range(1, 7):
         record = _record(writer, step, math.nan if step == 4 else 1.0)
-        writer.write(record, max_steps=6, log_interval=2)
+        writer.write(record, last_step=6, log_interval=2)
     writer.close()
     assert [line.split("  ")[0] for line in screen.drawn] == ["step 2/6", "step 4/6", "step 6/6"]
     assert "loss nan" in screen.drawn[1], "formatted from the float, not its JSON string"
@@ -91,8 +91,8 @@ def test_without_a_terminal_there_is_no_progress_sink(tmp_path):
 def test_without_an_output_directory_nothing_is_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     writer = metrics.MetricsWriter(None, tiny_config(), 8, CPU, progress=None)
-    writer.write(_record(writer, 1), max_steps=3)
-    writer.finish("finished", "max_steps")
+    writer.write(_record(writer, 1), last_step=3)
+    writer.finish("finished", "last_step")
     writer.close()
     assert (writer.files, writer.recorder) == (None, None)
     assert list(tmp_path.iterdir()) == []
@@ -101,22 +101,22 @@ def test_without_an_output_directory_nothing_is_written(tmp_path, monkeypatch):
 def test_a_step_goes_to_the_files_then_the_store_as_the_line_written(tmp_path, monkeypatch):
     writer = metrics.MetricsWriter(tmp_path / "run", tiny_config(), 8, CPU, progress=None)
     stored: list[dict] = []
-    monkeypatch.setattr(writer.recorder, "step", lambda line, max_steps: stored.append(line))
-    writer.write(_record(writer, 1, math.inf), max_steps=3)
+    monkeypatch.setattr(writer.recorder, "step", lambda line, last_step: stored.append(line))
+    writer.write(_record(writer, 1, math.inf), last_step=3)
     line = json.loads((tmp_path / "run" / "metrics.jsonl").read_text())
     assert stored == [line] and line["loss"] == "inf"
     state = json.loads((tmp_path / "run" / "training_state.json").read_text())
-    assert state == {"max_steps": 3, "last": line}
+    assert state == {"last_step": 3, "last": line}
     writer.close()
 
 
 def test_a_closed_writer_writes_no_step_but_records_the_end(tmp_path):
     out = tmp_path / "run"
     writer = metrics.MetricsWriter(out, tiny_config(), 8, CPU, progress=None)
-    writer.write(_record(writer, 1), max_steps=3)
+    writer.write(_record(writer, 1), last_step=3)
     writer.close()
     writer.close()  # idempotent
-    writer.write(_record(writer, 2), max_steps=3)
+    writer.write(_record(writer, 2), last_step=3)
     assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1]
     writer.finish("signal", "SIGTERM")
     state = json.loads((out / "training_state.json").read_text())

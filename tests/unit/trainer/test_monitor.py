@@ -45,7 +45,7 @@ def test_sparkline_flat_empty_width_and_non_finite():
 # ------------------------------------------------------------------------------ snapshot
 def test_snapshot_numbers_of_a_healthy_run(tmp_path):
     snap = take_snapshot(make_run(tmp_path / "run"), now=NOW)
-    assert (snap.status, snap.step, snap.max_steps) == ("running", 30, 50)
+    assert (snap.status, snap.step, snap.last_step) == ("running", 30, 50)
     assert snap.percent == pytest.approx(60.0)
     assert snap.step_s == pytest.approx(0.5)  # median of 0.4/0.5/0.6
     assert snap.tokens_per_s == pytest.approx(2000.0)  # median of 1000 / step_s
@@ -215,7 +215,7 @@ def test_only_metrics_without_a_state_file_is_a_run_of_unknown_length(tmp_path):
     run = make_run(tmp_path / "run")
     (run / TRAINING_STATE_FILE).unlink()
     snap = take_snapshot(run, now=NOW)
-    assert (snap.step, snap.max_steps, snap.eta_s, snap.status) == (30, None, None, "running")
+    assert (snap.step, snap.last_step, snap.eta_s, snap.status) == (30, None, None, "running")
 
 
 # ---------------------------------------------------------------------------------- view
@@ -262,7 +262,7 @@ def test_taking_and_rendering_snapshots_changes_nothing_in_the_run(tmp_path):
 
 
 def test_two_readers_never_see_a_partial_state_while_a_writer_replaces_it(tmp_path):
-    run = make_run(tmp_path / "run", steps=1, max_steps=100_000, checkpoints=())
+    run = make_run(tmp_path / "run", steps=1, last_step=100_000, checkpoints=())
     writes, stop = 200, threading.Event()
     seen: list[list[int]] = [[], []]
     errors: list[BaseException] = []
@@ -299,3 +299,14 @@ def test_two_readers_never_see_a_partial_state_while_a_writer_replaces_it(tmp_pa
         assert len(steps) > 10, "the readers raced the writer"
         assert steps == sorted(steps), "a reader went back in time"
     assert take_snapshot(run).step == writes + 1
+
+
+def test_a_state_file_from_before_last_step_had_its_name_is_still_read(tmp_path):
+    # training_state.json called the run's last step "max_steps" until that name was left
+    # to the schedule's length alone; such a run still shows its progress.
+    run = make_run(tmp_path / "run", steps=30, last_step=40)
+    state = json.loads((run / TRAINING_STATE_FILE).read_text())
+    state["max_steps"] = state.pop("last_step")
+    atomic_write_json(run / TRAINING_STATE_FILE, state)
+    snap = take_snapshot(run, now=NOW)
+    assert (snap.step, snap.last_step, snap.percent) == (30, 40, pytest.approx(75.0))

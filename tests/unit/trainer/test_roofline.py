@@ -160,7 +160,7 @@ def test_a_run_writer_calibrates_once_at_its_start_and_writes_peak_fraction(tmp_
     writer = metrics.MetricsWriter(tmp_path / "run", tiny_config(), 8, CPU, progress=None)
     assert calls == [1] and writer.matmul_peak == 2e9
     for step in (1, 2):
-        writer.write(record(writer) | {"step": step}, max_steps=2)
+        writer.write(record(writer) | {"step": step}, last_step=2)
     writer.close()
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     expected = 4096 / 0.5 * flops_per_token(tiny_config(), 8) / 2e9

@@ -81,7 +81,7 @@ def test_a_run_records_every_step_of_metrics_jsonl_and_its_checkpoints(tmp_path,
     manifest = json.loads((out / "run_manifest.json").read_text())
     state = json.loads((out / "training_state.json").read_text())
     assert [(r[0], r[5], r[6], r[7], r[-1]) for r in run] == [
-        (manifest["run_id"], state["ended_at"], "finished", "step 8: max_steps 8 reached", 8)
+        (manifest["run_id"], state["ended_at"], "finished", "step 8: last step 8 reached", 8)
     ], "the end the loop recorded in training_state.json, word for word"
     stored = column(
         out / "runs.db",
@@ -240,7 +240,7 @@ def test_a_thousand_steps_are_a_thousand_rows_with_nothing_given_up(tmp_path):
     recorder.start()
     for step in range(1, 1001):
         line = {"step": step, "epoch": 0, "loss": 1.0 / step, "lr": 1e-3, "grad_norm": 0.5}
-        recorder.step(line, max_steps=1000)
+        recorder.step(line, last_step=1000)
     recorder.close()
     assert recorder.failure is None
     assert column(run / "runs.db", "SELECT step FROM metrics ORDER BY step") == list(range(1, 1001))

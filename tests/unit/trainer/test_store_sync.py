@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.unit.trainer.store_support import RUN_ID, column, tables, write_run
+from trainer.runfiles.json_file import atomic_write_json
+from trainer.runfiles.names import TRAINING_STATE_FILE
 from trainer.store import db, registry
 from trainer.store.compare import comparison
 from trainer.store.identity import launch_identity
@@ -36,7 +38,7 @@ def test_a_run_directory_is_recorded_whole(tmp_path):
     assert [row[9] for row in t["metrics"] if row[9] is not None] == [1.0, 0.5]  # val 5, 10
     params = {k: v for _, k, v in t["params"]}
     assert params["optimizer.lr"] == "0.003" and params["optimizer.betas"] == "[0.9, 0.95]"
-    assert params["apply.max_steps"] == "null" and params["training.compile"] == "false"
+    assert params["apply.stop_after"] == "null" and params["training.compile"] == "false"
     assert [a[1:3] for a in t["artifacts"]] == [("file", "run_manifest.json")]
     assert [(r.run_id, r.run_dir) for r in registry.registered_runs()] == [(RUN_ID, run.resolve())]
 
@@ -169,7 +171,7 @@ def test_a_rebuilt_store_takes_how_the_run_ended_from_training_state_json(tmp_pa
     [
         ({"status": "done"}, "status 'done' is not one of finished, early_stopping"),
         ({"status": "aborted", "reason": 3}, "reason and ended_at are strings"),
-        ({"max_steps": "10"}, "max_steps is not an integer: '10'"),
+        ({"last_step": "10"}, "last_step is not an integer: '10'"),
     ],
 )
 def test_a_bad_end_record_is_named_and_no_store_is_made(tmp_path, end, says):
@@ -319,7 +321,7 @@ def test_compare_tells_an_absent_param_from_a_null_one(tmp_path):
     a = write_run(tmp_path / "a", 10)
     b = write_run(tmp_path / "b", 5, run_id="b" * 32, lr=1e-4)
     manifest = json.loads((b / "run_manifest.json").read_text())
-    del manifest["config"]["apply"]["max_steps"]  # null in a, absent in b
+    del manifest["config"]["apply"]["stop_after"]  # null in a, absent in b
     manifest["config"]["extra"] = None  # absent in a, null in b
     (b / "run_manifest.json").write_text(json.dumps(manifest))
     views = []
@@ -330,9 +332,26 @@ def test_compare_tells_an_absent_param_from_a_null_one(tmp_path):
     result = comparison(*views)
 
     assert result["params"]["differ"] == {
-        "apply.max_steps": ["null", None],
+        "apply.stop_after": ["null", None],
         "extra": [None, "null"],
         "optimizer.lr": ["0.003", "0.0001"],
     }
     assert result["params"]["equal"] == len(views[0].params) - 2
     assert result["metrics"]["last_step"] == {"a": 10, "b": 5, "difference": -5}
+
+
+def test_a_run_written_before_stop_after_and_last_step_had_their_names_is_read(tmp_path):
+    # run_manifest.json's apply.stop_after was apply.max_steps, training_state.json's
+    # last_step was max_steps: such a run directory still gives its run's last step.
+    run = write_run(tmp_path / "run", 4, max_steps=10)
+    manifest = json.loads((run / "run_manifest.json").read_text())
+    manifest["config"]["apply"] = {"max_steps": 6, "out": "somewhere"}
+    (run / "run_manifest.json").write_text(json.dumps(manifest))
+    assert read_run_dir(run).run["max_steps"] == 10  # training_state.json's, when it has one
+    (run / TRAINING_STATE_FILE).unlink()
+    assert read_run_dir(run).run["max_steps"] == 6  # the old manifest's stop-after
+    manifest["config"]["apply"] = {"stop_after": 7, "out": "somewhere"}
+    (run / "run_manifest.json").write_text(json.dumps(manifest))
+    assert read_run_dir(run).run["max_steps"] == 7
+    atomic_write_json(run / TRAINING_STATE_FILE, {"max_steps": 9, "last": None})
+    assert read_run_dir(run).run["max_steps"] == 9

@@ -1,4 +1,4 @@
-"""Measurements of GATE-TEAM-TRAINER-001 and -002 (contracts/team-trainer-v1.yaml): the
+"""Measurements of GATE-TEAM-TRAINER-001 to -003 (contracts/team-trainer-v1.yaml): the
 Trainer pack's token-mean measurements run against the Trainer that pyproject.toml's
 factory builds. The verdict is the gate threshold's, never this module's."""
 
@@ -23,3 +23,11 @@ def token_mean_over_short_windows(ctx: GateContext) -> Measurement:
 
     factory = hf_trainer_pack.load_factory(ctx.root)
     return hf_trainer_pack.token_mean_over_short_windows(ctx, factory)
+
+
+@measures("GATE-TEAM-TRAINER-003")
+def token_mean_over_padding_free_windows(ctx: GateContext) -> Measurement:
+    import hf_trainer_pack  # noqa: PLC0415
+
+    factory = hf_trainer_pack.load_factory(ctx.root)
+    return hf_trainer_pack.token_mean_over_padding_free_windows(ctx, factory)

@@ -1,7 +1,7 @@
 """The bugs teams write into their own Trainer (C-TEAM-TRAINER mutants), each injected into
 team_trainer.py through pytest.MonkeyPatch. `gates audit` runs each bound test with
 SHIPGATE_MUTANT=<id>; the test must fail by assertion: tests/test_token_mean.py
-(FALSIFY-TEAM-TRAINER-001 and -002).
+(FALSIFY-TEAM-TRAINER-001, -002 and -003).
 """
 
 import torch
@@ -12,7 +12,7 @@ from gates.mutants import mutant
 
 
 def _shifted(model, inputs):
-    outputs = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+    outputs = model(**{k: v for k, v in inputs.items() if k != "labels"})
     logits = outputs.logits[:, :-1]
     return outputs, logits.reshape(-1, logits.shape[-1]), inputs["labels"][:, 1:].reshape(-1)
 
@@ -79,3 +79,46 @@ def _last_partial_micro_batch_dropped(patch):
         return get_train_dataloader(self)
 
     patch.setattr(TeamTrainer, "get_train_dataloader", without_partial)
+
+
+# ---------------------------------------------------------------- FALSIFY-TEAM-TRAINER-003
+def _loss_of(self, outputs, inputs, num_items_in_batch):
+    """TeamTrainer's loss of ``outputs`` (the fixed sum / num_items_in_batch)."""
+    logits = outputs.logits[:, :-1]
+    targets = inputs["labels"][:, 1:].reshape(-1)
+    loss_sum = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        targets,
+        ignore_index=IGNORE,
+        reduction="sum",
+        label_smoothing=self.args.label_smoothing_factor,
+    )
+    return loss_sum / num_items_in_batch
+
+
+@mutant("position-ids-dropped")
+def _position_ids_dropped(patch):
+    # The override names the inputs it passes, with .get so that a batch without an
+    # attention mask does not raise: a padding-free row loses its position_ids, so its
+    # sequences run on as one (positions continue, each attends to the ones before it).
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        outputs = model(input_ids=inputs["input_ids"], attention_mask=inputs.get("attention_mask"))
+        loss = _loss_of(self, outputs, inputs, num_items_in_batch)
+        return (loss, outputs) if return_outputs else loss
+
+    patch.setattr(TeamTrainer, "compute_loss", compute_loss)
+
+
+@mutant("attention-mask-of-ones-added")
+def _attention_mask_of_ones(patch):
+    # "Every model call gets a mask": a batch without one gets a mask of ones. The model
+    # then keeps a padding-free row whole (it separates sequences by position_ids only
+    # when no mask is given), so each sequence attends to the ones before it in the row.
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        given = {k: v for k, v in inputs.items() if k != "labels"}
+        given.setdefault("attention_mask", torch.ones_like(inputs["input_ids"]))
+        outputs = model(**given)
+        loss = _loss_of(self, outputs, inputs, num_items_in_batch)
+        return (loss, outputs) if return_outputs else loss
+
+    patch.setattr(TeamTrainer, "compute_loss", compute_loss)

@@ -13,6 +13,9 @@ PYTEST_ARGS    ?=
 # The suite on every core (pytest-xdist; worksteal evens out the long 370M tests).
 # PYTEST_JOBS= runs it in one process.
 PYTEST_JOBS    ?= -n auto --dist worksteal
+# The slowest tests, printed at the end of `make test`: CI's log then says where the suite's
+# time goes on the machine that ran it (the suite's budget is 20 minutes on 2 cores).
+PYTEST_DURATIONS ?= --durations=30 --durations-min=5
 
 .PHONY: venv demo test test-quick ship-blocking gates-check audit lint clean golden framework-alone examples-alone
 
@@ -52,7 +55,7 @@ ABS_BIN  := $(abspath $(BIN))
 test: $(STAMP) lint
 	$(BIN)/pv validate contracts/*.yaml
 	for ex in $(EXAMPLES); do (cd $$ex && $(ABS_BIN)/pv validate contracts/*.yaml) || exit 1; done
-	tools/pytest.sh $(PYTEST_JOBS) $(PYTEST_ARGS)
+	tools/pytest.sh $(PYTEST_JOBS) $(PYTEST_DURATIONS) $(PYTEST_ARGS)
 
 # Rewrite the golden traces (tests/golden/) after a change meant to move them; say why.
 golden: $(STAMP)

@@ -29,6 +29,7 @@ import os
 import re
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -118,24 +119,40 @@ def select_tests(contracts: list[Contract], contract_id: str | None, gate_id: st
                 yield c, t
 
 
-def run_audit(
+#: A run and how long the last audit took for it, so the longest start first.
+TimedTask = tuple[float, Callable[[forkrun.WarmInterpreter | None], None]]
+
+
+def run_longest_first(root: Path, tasks: list[TimedTask], *, jobs: int, warm: bool) -> None:
+    """Run ``tasks`` ``jobs`` at a time (gates.runner.forkrun.run_pooled), the longest by the
+    last audit first, so the slowest is not left for last on one worker; in the given order
+    otherwise."""
+    ordered = sorted(tasks, key=lambda timed: -timed[0])
+    forkrun.run_pooled(root, [task for _, task in ordered], jobs=jobs, warm=warm)
+
+
+def finished(rows: list) -> list:
+    """``rows`` once every planned run has filled its place."""
+    assert all(row is not None for row in rows)
+    return rows
+
+
+def plan_audit(
     root: Path,
     contracts: list[Contract],
     *,
     contract_id: str | None = None,
     gate_id: str | None = None,
     progress=None,
-    jobs: int = 1,
-    warm: bool = True,
     expected_seconds: dict[tuple[str, str | None], float] | None = None,
-) -> list[AuditRow]:
-    """Every selected test on the real code and under each of its mutants, ``jobs`` runs at
-    a time. ``warm``: each run is a child forked from a warm interpreter (gates.runner.forkrun)
-    instead of a fresh ``python -m pytest``; the rows are the same either way, only the
-    seconds differ. ``expected_seconds`` (``(node, mutant)`` → seconds, from the last audit)
-    starts the longest runs first, so the slowest is not left for last on one worker.
-    Rows come back in the contracts' order whatever order they ran in; ``progress`` is
-    called as each finishes."""
+) -> tuple[list[AuditRow | None], list[TimedTask]]:
+    """Every selected test on the real code and under each of its mutants, planned: the seams
+    checked, a row for each test and mutant (None where a run will fill it) and the runs,
+    each with its expected seconds (``(node, mutant)`` from the last audit), for
+    :func:`run_longest_first`, alone or among the measurements' runs (gates.cli.gates_audit).
+    Each run is a child forked from a warm interpreter when it is given one, else a fresh
+    ``python -m pytest``; the rows are the same either way, only the seconds differ. A run
+    fills its row in the contracts' order whatever order it ran in, and calls ``progress``."""
     selected = list(select_tests(contracts, contract_id, gate_id))
     # 1. Every seam of every selected mutant, checked once before any test runs.
     mutant_ids = list(dict.fromkeys(m.id for _, t in selected for m in t.mutants))
@@ -156,8 +173,6 @@ def run_audit(
                 rows.append(None)
                 runs.append((len(rows) - 1, c, t, mutant))
     expected = expected_seconds or {}
-    runs.sort(key=lambda run: -expected.get((run[2].test, run[3]), 0.0))  # stable otherwise
-
     report = threading.Lock()
 
     def run_one(index: int, c: Contract, t, mutant: str | None, interpreter) -> None:
@@ -180,19 +195,23 @@ def run_audit(
             with report:
                 progress(rows[index])
 
-    tasks = [functools.partial(run_one, *run) for run in runs]
-    forkrun.run_pooled(root, tasks, jobs=jobs, warm=warm)
-    assert all(row is not None for row in rows)
-    return rows  # type: ignore[return-value]
+    tasks = [
+        (expected.get((run[2].test, run[3]), 0.0), functools.partial(run_one, *run)) for run in runs
+    ]
+    return rows, tasks
 
 
 def expected_seconds(path: Path) -> dict[tuple[str, str | None], float]:
-    """``(node, mutant)`` → seconds from an earlier audit record at ``path``; empty when
-    there is none or it does not read (it only orders the runs)."""
+    """Seconds each run took in an earlier audit record at ``path``: ``(node, mutant)`` for a
+    test run, ``(gate, mutant)`` for a measurement run (a gate id is never a test node);
+    empty when there is none or it does not read (it only orders the runs)."""
     try:
         record = jsonfile.read_json(path, 64 * 1024 * 1024)
-        return {(r["node"], r["mutant"]): float(r["seconds"]) for r in record["rows"]}
-    except (OSError, jsonfile.JsonFileError, KeyError, TypeError, ValueError):
+        seconds = {(r["node"], r["mutant"]): float(r["seconds"]) for r in record["rows"]}
+        for r in record.get("measurements") or []:
+            seconds[(r["gate"], r["mutant"])] = float(r["seconds"])
+        return seconds
+    except (OSError, jsonfile.JsonFileError, KeyError, TypeError, ValueError, AttributeError):
         return {}
 
 

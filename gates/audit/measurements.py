@@ -5,7 +5,10 @@ tests catch is a verdict that can be wrong.
 For every gate with a measurement, each mutant of its bound tests is measured as
 `gates check GATE --mutant ID` measures it (gates.check.check: the mutant applied in the
 measuring process and named to its children, no bound test run), each run a fork of a warm
-interpreter (gates.runner.forkrun) or a fresh process. A row's outcome is one of
+interpreter (gates.runner.forkrun) or a fresh process. The run is :func:`main`, that command
+less its validation of the project: the audit validated these contract files before its first
+run, and `gates check` spent 1.5 s of its 2 s of fixed cost doing it again each time. A row's
+outcome is one of
 
 - ``caught``: the gate FAILed on a threshold;
 - ``survived``: the gate still PASSes (or is PARTIAL) on the bug;
@@ -37,7 +40,8 @@ from gates.runner import forkrun
 
 OUTCOMES = ("caught", "survived", "crashed", "exempt", "invalid")
 TIMEOUT_S = 900.0
-COMMAND = "gates.cli.gates"
+#: The module each run calls (``main(args)``, or ``python -m`` it without a fork).
+COMMAND = "gates.audit.measurements"
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,7 @@ def _classify(run: _Run, code: int, out: str, err: str, timed_out: bool) -> tupl
 
 
 def _measure(root: Path, run: _Run, interpreter: forkrun.WarmInterpreter | None) -> MeasurementRow:
-    args = ["check", run.gate.id, "--mutant", run.mutant, "--files", str(run.contract.path)]
+    args = [run.gate.id, run.mutant, str(run.contract.path), str(root)]
     env = {k: v for k, v in os.environ.items() if k != mutants.ENV_VAR}
     started = time.perf_counter()
     if interpreter is not None:
@@ -152,19 +156,21 @@ def _measure(root: Path, run: _Run, interpreter: forkrun.WarmInterpreter | None)
     return MeasurementRow(run.contract.id, run.gate.id, run.mutant, outcome, seconds, reason)
 
 
-def run_measurement_audit(
+def plan_measurement_audit(
     root: Path,
     contracts: list[Contract],
     *,
     contract_id: str | None = None,
     gate_id: str | None = None,
     progress: Callable[[MeasurementRow], None] | None = None,
-    jobs: int = 1,
-    warm: bool = True,
-) -> list[MeasurementRow]:
-    """Every selected gate's measurement under each mutant of its bound tests, ``jobs`` at a
-    time; rows in the contracts' order, ``progress`` called as each is known."""
+    expected_seconds: dict[tuple[str, str | None], float] | None = None,
+) -> tuple[list[MeasurementRow | None], list[tuple[float, Callable]]]:
+    """Every selected gate's measurement under each mutant of its bound tests, planned: a row
+    for each (gate, mutant), None where a run will fill it, and the runs, each with its
+    expected seconds (``(gate, mutant)`` from the last audit); ``progress`` is called for
+    each row not run now and by each run as it finishes."""
     rows, runs = plan(root, contracts, contract_id, gate_id)
+    expected = expected_seconds or {}
     report = threading.Lock()
     if progress:
         for row in rows:
@@ -177,10 +183,14 @@ def run_measurement_audit(
             with report:
                 progress(row)
 
-    tasks = [lambda interpreter, run=run: measure_one(run, interpreter) for run in runs]
-    forkrun.run_pooled(root, tasks, jobs=jobs, warm=warm and forkrun.AVAILABLE)
-    assert all(row is not None for row in rows)
-    return rows  # type: ignore[return-value]
+    tasks = [
+        (
+            expected.get((run.gate.id, run.mutant), 0.0),
+            lambda interpreter, run=run: measure_one(run, interpreter),
+        )
+        for run in runs
+    ]
+    return rows, tasks
 
 
 def render_table(rows: list[MeasurementRow]) -> str:
@@ -212,3 +222,37 @@ def to_json(rows: list[MeasurementRow]) -> list[dict]:
         }
         for r in rows
     ]
+
+
+def main(argv: list[str]) -> int:
+    """One run: ``GATE MUTANT CONTRACT ROOT`` measured as `gates check GATE --mutant MUTANT
+    --files CONTRACT --root ROOT` measures it (gates.service.check_gate), on a contract the
+    audit has validated; prints the verdict, the values and the line :func:`_classify`
+    reads. Exit 0 caught, 1 survived; a crash is a traceback and exit 1 with neither line."""
+    from gates import service  # noqa: PLC0415 - the measuring code, imported in the run
+    from gates.model.source import read_yaml  # noqa: PLC0415
+
+    gate_id, mutant_id, contract_path, root = argv
+    source = read_yaml(Path(contract_path))
+    contract = Contract.from_data(source.path, source.data)
+    gate = contract.gate(gate_id)
+    if gate is None:
+        raise SystemExit(f"{contract_path}: no gate {gate_id}")
+    command = ["gates", "check", gate_id, "--mutant", mutant_id]
+    result = service.check_gate(
+        contract, gate, [], root=Path(root), command=command, mutant=mutant_id
+    )
+    print(f"{gate_id}: {result.verdict}")
+    for name, m in result.evidence["measurements"].items():
+        print(f"  {name} = {m['value']:g} {m['unit']}")
+    for reason in result.reasons:
+        print(f"  ! {reason}")
+    if result.verdict == "FAIL":
+        print(f"mutant {mutant_id}: caught ({gate_id} FAILs on it)")
+        return 0
+    print(f"mutant {mutant_id}: SURVIVED ({gate_id} is {result.verdict} on the bug)")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -4,12 +4,13 @@ assertion, under each of its named mutants; a mutant whose seams do not hold is 
     gates audit [--contract C] [--gate G] [--out evidence/audit/audit.json] [--files FILE...]
                 [--jobs N] [--no-fork] [--no-measurements]
 
-Then each gate's measurement runs under each mutant of its bound tests and must FAIL
+Each gate's measurement also runs under each mutant of its bound tests and must FAIL
 (gates.audit.measurements), unless the contract exempts that mutant with a reason.
 
-Runs go ``--jobs`` at a time (the machine's cores by default), each forked from a warm
-interpreter (gates.runner.forkrun); ``--no-fork`` starts a fresh ``python -m pytest`` per run
-instead (the same rows, slower). The longest runs of the last audit at ``--out`` start first.
+Both kinds of run share one pool, ``--jobs`` at a time (the machine's cores by default), each
+forked from a warm interpreter (gates.runner.forkrun); ``--no-fork`` starts a fresh process
+per run instead (the same rows, slower). The longest runs of the last audit at ``--out``
+start first.
 
 Exit 0 when every run is as it must be, 1 otherwise (a survivor, a crash, a broken seam)."""
 
@@ -22,7 +23,14 @@ from pathlib import Path
 
 from gates import exit_codes
 from gates.audit import measurements as measurement_audit
-from gates.audit.bound_tests import expected_seconds, render_table, run_audit, write_audit_evidence
+from gates.audit.bound_tests import (
+    expected_seconds,
+    finished,
+    plan_audit,
+    render_table,
+    run_longest_first,
+    write_audit_evidence,
+)
 from gates.cli.common import positive_int, recorded_command, require_known, valid_contracts
 from gates.pv.validate import find_root
 from gates.runner import forkrun
@@ -39,31 +47,36 @@ def cmd_audit(args: argparse.Namespace) -> int:
         for why in [] if row.ok else row.why():
             print(f"    {why}", file=sys.stderr)
 
-    rows = run_audit(
+    expected = expected_seconds(args.out) if args.out else None
+    rows, tasks = plan_audit(
         root,
         contracts,
         contract_id=args.contract,
         gate_id=args.gate,
         progress=progress if not args.quiet else None,
-        jobs=args.jobs,
-        warm=not args.no_fork and forkrun.AVAILABLE,
-        expected_seconds=expected_seconds(args.out) if args.out else None,
+        expected_seconds=expected,
     )
     if not rows:
         print("gates audit: no bound falsification test selected")
         return exit_codes.OK
-    print(render_table(rows))
-    measured = []
+    measured_rows: list = []
     if not args.no_measurements:
-        measured = measurement_audit.run_measurement_audit(
+        measured_rows, measuring = measurement_audit.plan_measurement_audit(
             root,
             contracts,
             contract_id=args.contract,
             gate_id=args.gate,
             progress=None if args.quiet else _measurement_progress,
-            jobs=args.jobs,
-            warm=not args.no_fork,
+            expected_seconds=expected,
         )
+        tasks += measuring
+    # One pool for both kinds of run: a long measurement starts beside the tests, not after
+    # the last of them, and the warm interpreters start once.
+    warm = not args.no_fork and forkrun.AVAILABLE
+    run_longest_first(root, tasks, jobs=args.jobs, warm=warm)
+    rows, measured = finished(rows), finished(measured_rows)
+    print(render_table(rows))
+    if not args.no_measurements:
         print(measurement_audit.render_table(measured))
     if args.out:
         command = recorded_command("gates", root)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance import widget_project
+from tools import compare_audits
 
 CONTRACT = Path("contracts") / "widget-v1.yaml"
 OUT = Path("evidence") / "audit" / "audit.json"
@@ -38,10 +39,12 @@ EXEMPT = (
 )
 
 
-def audit(root: Path, *extra: str) -> subprocess.CompletedProcess:
+def audit(root: Path, *extra: str, forked: bool = False) -> subprocess.CompletedProcess:
+    """One run at a time in fresh processes; ``forked``: two at a time, forked (as CI runs)."""
+    how = ["--jobs", "2"] if forked else ["--jobs", "1", "--no-fork"]
     return subprocess.run(
-        [sys.executable, "-m", "gates.cli.gates", "audit", "--files", str(CONTRACT), "--jobs",
-         "1", "--quiet", "--no-fork", *extra],
+        [sys.executable, "-m", "gates.cli.gates", "audit", "--files", str(CONTRACT), *how,
+         "--quiet", *extra],
         cwd=root, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
 
@@ -109,3 +112,21 @@ def test_an_exemption_of_no_mutant_of_the_gate_fails_and_measurements_can_be_ski
     tests_only = audit(project, "--gate", "GATE-WIDGET-001", "--no-measurements")
     assert tests_only.returncode == 0, tests_only.stdout + tests_only.stderr
     assert "measurements failing" not in tests_only.stdout
+
+
+@pytest.mark.slow
+def test_forked_measurements_in_one_pool_with_the_tests_say_what_fresh_processes_say(
+    project: Path,
+):
+    """The measurement runs forked from warm interpreters, two at a time among the test runs,
+    measure what fresh processes one at a time measure: a caught row, a survived one (with
+    its verdict) and the exempt ones; only the seconds differ."""
+    (project / OUT.parent).mkdir(parents=True)
+    fresh = audit(project, "--out", str(OUT))
+    fresh_record = json.loads((project / OUT).read_text())
+    forked = audit(project, "--out", str(OUT), forked=True)
+    forked_record = json.loads((project / OUT).read_text())
+    assert (fresh.returncode, forked.returncode) == (1, 1), forked.stdout + forked.stderr
+    assert compare_audits.differences(fresh_record, forked_record) == []
+    outcomes = sorted(r["outcome"] for r in forked_record["measurements"])
+    assert outcomes == ["caught", "exempt", "exempt", "survived"]

@@ -7,6 +7,8 @@ each starts in well under a second."""
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import os
 import signal
 import textwrap
@@ -53,6 +55,12 @@ def test_signal_handlers_are_a_fresh_interpreters():
 def test_registers_an_exit_handler():
     marker = Path(os.environ["FORKRUN_MARKER"])
     atexit.register(marker.write_text, "exit handlers ran")
+
+
+def test_the_preload_is_out_of_the_collectors_reach():
+    import gc
+
+    assert gc.get_freeze_count() > 0
 
 
 def test_hangs_with_a_grandchild():
@@ -210,3 +218,62 @@ def test_a_run_of_another_commands_main_gets_its_args_and_exit_status(project, w
     done = warm.run(["a", "b"], _env(project, tmp_path), tmp_path / "m", 60, module="tool")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "args ['a', 'b'] argv ['a', 'b'] value 9" in done.stdout
+
+
+def test_a_module_edited_after_the_warm_interpreter_compiled_it_runs_as_edited(
+    project, warm, tmp_path
+):
+    """The warm interpreter compiles the project once, at its start; a source edited since
+    (here: the same size, within the same second) runs as it reads now, never as compiled."""
+    env = _env(project, tmp_path, FORKRUN_PROBE="set for this run")
+    first = _run(warm, "tests/test_probe.py::test_env_and_directory", env, tmp_path / "a")
+    assert first.returncode == 0, first.stdout + first.stderr  # helper.VALUE == 7
+    (project / "helper.py").write_text("VALUE = 8\n")
+    edited = _run(warm, "tests/test_probe.py::test_fails_on_an_assertion", env, tmp_path / "b")
+    assert edited.returncode == 0, edited.stdout + edited.stderr
+
+
+def test_a_runs_collector_skips_what_the_warm_interpreter_preloaded(project, warm, tmp_path):
+    node = "tests/test_probe.py::test_the_preload_is_out_of_the_collectors_reach"
+    done = _run(warm, node, _env(project, tmp_path), tmp_path / "a")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location("served_module", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_kept_code_is_served_only_for_the_bytes_it_was_compiled_from(tmp_path, monkeypatch):
+    """A positive control for the compile cache: code kept for a file's exact bytes is what an
+    import of that file runs (here deliberately other code, to tell the two apart), under the
+    path the import found; other bytes are compiled as read."""
+    loader = importlib.machinery.SourceFileLoader
+    monkeypatch.setattr(loader, "source_to_code", loader.source_to_code)  # undone after
+    source = tmp_path / "served.py"
+    source.write_text("VALUE = 2\n\ndef where():\n    return where.__code__.co_filename\n")
+    kept = compile("VALUE = 1\n\ndef where():\n    return 'kept'\n", "elsewhere.py", "exec")
+    forkrun._serve_compiled({str(source): (source.read_bytes(), kept)})
+
+    module = _load(source)
+    assert module.VALUE == 1  # served from the cache
+    assert module.where.__code__.co_filename == str(source)
+
+    source.write_text("VALUE = 3\n")
+    assert _load(source).VALUE == 3  # other bytes: compiled as read
+
+
+def test_the_project_is_compiled_without_hidden_directories_or_virtualenvs(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("X = 1\n")
+    (tmp_path / "broken.py").write_text("def (:\n")  # left for the run to report
+    for hidden in (".venv", "env", "pkg/__pycache__"):
+        (tmp_path / hidden).mkdir()
+        (tmp_path / hidden / "inside.py").write_text("Y = 2\n")
+    (tmp_path / "env" / "pyvenv.cfg").write_text("home = /usr\n")
+    compiled = forkrun._compile_project(str(tmp_path))
+    assert set(compiled) == {str(tmp_path / "pkg" / "mod.py")}
+    data, code = compiled[str(tmp_path / "pkg" / "mod.py")]
+    assert data == b"X = 1\n" and code.co_filename == str(tmp_path / "pkg" / "mod.py")

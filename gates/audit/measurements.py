@@ -5,10 +5,10 @@ tests catch is a verdict that can be wrong.
 For every gate with a measurement, each mutant of its bound tests is measured as
 `gates check GATE --mutant ID` measures it (gates.check.check: the mutant applied in the
 measuring process and named to its children, no bound test run), each run a fork of a warm
-interpreter (gates.runner.forkrun) or a fresh process. The run is :func:`main`, that command
-less its validation of the project: the audit validated these contract files before its first
-run, and `gates check` spent 1.5 s of its 2 s of fixed cost doing it again each time. A row's
-outcome is one of
+interpreter (gates.runner.forkrun) or a fresh process. The run is gates/cli/audit_measurement.py,
+that command less its validation of the project: the audit validated these contract files
+before its first run, and `gates check` spent 1.5 s of its 2 s of fixed cost doing it again
+each time. A row's outcome is one of
 
 - ``caught``: the gate FAILed on a threshold;
 - ``survived``: the gate still PASSes (or is PARTIAL) on the bug;
@@ -40,8 +40,8 @@ from gates.runner import forkrun
 
 OUTCOMES = ("caught", "survived", "crashed", "exempt", "invalid")
 TIMEOUT_S = 900.0
-#: The module each run calls (``main(args)``, or ``python -m`` it without a fork).
-COMMAND = "gates.audit.measurements"
+#: The command each run is (its ``main(args)`` in a fork, ``python -m`` it without one).
+COMMAND = "gates.cli.audit_measurement"
 
 
 @dataclass(frozen=True)
@@ -222,37 +222,3 @@ def to_json(rows: list[MeasurementRow]) -> list[dict]:
         }
         for r in rows
     ]
-
-
-def main(argv: list[str]) -> int:
-    """One run: ``GATE MUTANT CONTRACT ROOT`` measured as `gates check GATE --mutant MUTANT
-    --files CONTRACT --root ROOT` measures it (gates.service.check_gate), on a contract the
-    audit has validated; prints the verdict, the values and the line :func:`_classify`
-    reads. Exit 0 caught, 1 survived; a crash is a traceback and exit 1 with neither line."""
-    from gates import service  # noqa: PLC0415 - the measuring code, imported in the run
-    from gates.model.source import read_yaml  # noqa: PLC0415
-
-    gate_id, mutant_id, contract_path, root = argv
-    source = read_yaml(Path(contract_path))
-    contract = Contract.from_data(source.path, source.data)
-    gate = contract.gate(gate_id)
-    if gate is None:
-        raise SystemExit(f"{contract_path}: no gate {gate_id}")
-    command = ["gates", "check", gate_id, "--mutant", mutant_id]
-    result = service.check_gate(
-        contract, gate, [], root=Path(root), command=command, mutant=mutant_id
-    )
-    print(f"{gate_id}: {result.verdict}")
-    for name, m in result.evidence["measurements"].items():
-        print(f"  {name} = {m['value']:g} {m['unit']}")
-    for reason in result.reasons:
-        print(f"  ! {reason}")
-    if result.verdict == "FAIL":
-        print(f"mutant {mutant_id}: caught ({gate_id} FAILs on it)")
-        return 0
-    print(f"mutant {mutant_id}: SURVIVED ({gate_id} is {result.verdict} on the bug)")
-    return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

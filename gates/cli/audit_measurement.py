@@ -1,0 +1,46 @@
+"""One measurement run of `gates audit`: a gate measured under a mutant.
+
+    python -m gates.cli.audit_measurement GATE MUTANT CONTRACT ROOT
+
+Measured as `gates check GATE --mutant MUTANT --files CONTRACT --root ROOT` measures it
+(gates.service.check_gate), less that command's validation of the project: the audit
+validated the same contract files once, before its first run (gates.audit.measurements).
+Prints the verdict, the values and the line the audit reads; exit 0 when the gate FAILs on
+the mutant (caught), 1 when it does not (survived). A crash is a traceback and exit 1
+without either line: no verdict."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from gates import service
+from gates.model.contract import Contract
+from gates.model.source import read_yaml
+
+
+def main(argv: list[str]) -> int:
+    gate_id, mutant_id, contract_path, root = argv
+    source = read_yaml(Path(contract_path))
+    contract = Contract.from_data(source.path, source.data)
+    gate = contract.gate(gate_id)
+    if gate is None:
+        raise SystemExit(f"{contract_path}: no gate {gate_id}")
+    command = ["gates", "check", gate_id, "--mutant", mutant_id]
+    result = service.check_gate(
+        contract, gate, [], root=Path(root), command=command, mutant=mutant_id
+    )
+    print(f"{gate_id}: {result.verdict}")
+    for name, m in result.evidence["measurements"].items():
+        print(f"  {name} = {m['value']:g} {m['unit']}")
+    for reason in result.reasons:
+        print(f"  ! {reason}")
+    if result.verdict == "FAIL":
+        print(f"mutant {mutant_id}: caught ({gate_id} FAILs on it)")
+        return 0
+    print(f"mutant {mutant_id}: SURVIVED ({gate_id} is {result.verdict} on the bug)")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -5,9 +5,9 @@
 Measured as `gates check GATE --mutant MUTANT --files CONTRACT --root ROOT` measures it
 (gates.service.check_gate), less that command's validation of the project: the audit
 validated the same contract files once, before its first run (gates.audit.measurements).
-Prints the verdict, the values and the line the audit reads; exit 0 when the gate FAILs on
-the mutant (caught), 1 when it does not (survived). A crash is a traceback and exit 1
-without either line: no verdict."""
+Prints what `gates check --mutant` prints, with its verdict line and exit status (the same
+functions): 0 when the gate FAILs on the mutant (caught), 1 when it does not (survived). A
+crash is a traceback and exit 1 without either line: no verdict."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from gates import service
+from gates.cli.gates_promotion import _mutant_verdict, _print_check
 from gates.model.contract import Contract
 from gates.model.source import read_yaml
 
@@ -30,16 +31,8 @@ def main(argv: list[str]) -> int:
     result = service.check_gate(
         contract, gate, [], root=Path(root), command=command, mutant=mutant_id
     )
-    print(f"{gate_id}: {result.verdict}")
-    for name, m in result.evidence["measurements"].items():
-        print(f"  {name} = {m['value']:g} {m['unit']}")
-    for reason in result.reasons:
-        print(f"  ! {reason}")
-    if result.verdict == "FAIL":
-        print(f"mutant {mutant_id}: caught ({gate_id} FAILs on it)")
-        return 0
-    print(f"mutant {mutant_id}: SURVIVED ({gate_id} is {result.verdict} on the bug)")
-    return 1
+    _print_check(result)
+    return _mutant_verdict(gate_id, mutant_id, result.verdict)
 
 
 if __name__ == "__main__":

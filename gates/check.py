@@ -290,13 +290,15 @@ def check(
     test (their verdicts under mutants are `gates audit`'s): FAIL is the measurement catching
     the bug. Refused for a gate measured on an artifact: the artifact is built in another
     process, which the mutant does not reach."""
-    # What the bound tests and the measurement read (gates.provenance.trace): from before
-    # the project's measurement modules are imported, so all of them count (an
-    # over-approximation), but
-    # not the artifacts' resolution (a rebuild from a recipe only sometimes runs).
+    # What the bound tests and the measurement read (gates.provenance.trace): from the import
+    # of the module that measures this gate, but not the artifacts' resolution (a rebuild
+    # from a recipe only sometimes runs). Which module that is, locate decides by reading
+    # every measurement module, outside the recording: the module's own decorator says
+    # so (a source), and a second module registering the gate is refused, not hidden.
     try:
+        module = measure.locate(gate.id, root)
         with (traced := trace.recording(root)):
-            measurer = measure.lookup(gate.id, root)
+            measurer = measure.load(gate.id, root, module)
     except project.ProjectConfigError as e:
         raise RefusedError(str(e)) from e
     if measurer is None:

@@ -9,7 +9,8 @@ A new gate is one function plus contract YAML::
 
 Measurement modules belong to the project, not to the framework: they live in the
 directories its ``pyproject.toml`` names under ``[tool.shipgate] measurements``
-(gates.model.project; ``tests/measurements`` by default) and are imported on first lookup.
+(gates.model.project; ``tests/measurements`` by default). A lookup imports the one module
+that registers the gate (found by reading them: :func:`locate`), not all of them.
 """
 
 from __future__ import annotations
@@ -83,7 +84,26 @@ def measures(
     return register
 
 
-def lookup(gate_id: str, root: Path) -> Measurer | None:
-    """The measurer of ``gate_id`` among the project's measurement modules under ``root``."""
-    project.import_all(root, "measurements")
+def locate(gate_id: str, root: Path) -> str | None:
+    """The dotted name of the measurement module under ``root`` that registers ``gate_id``,
+    found by reading the modules, importing none (gates.model.project.registering_module):
+    None when none visibly does; a ProjectConfigError when two do."""
+    return project.registering_module(root, "measurements", gate_id)
+
+
+def load(gate_id: str, root: Path, module: str | None) -> Measurer | None:
+    """The measurer of ``gate_id``, importing ``module`` (what :func:`locate` found) and
+    nothing else of the project's measurements; every module when it was None or did not
+    register the gate (a registration pv cannot read, made by running code)."""
+    if module is not None:
+        project.import_all(root, "measurements", only=module)
+    if gate_id not in REGISTRY:
+        project.import_all(root, "measurements")
     return REGISTRY.get(gate_id)
+
+
+def lookup(gate_id: str, root: Path) -> Measurer | None:
+    """The measurer of ``gate_id`` among the project's measurement modules under ``root``:
+    only the module that registers it is imported, so a gate's traced sources hold that
+    module and what it imports, not every measurement module of the project."""
+    return load(gate_id, root, locate(gate_id, root))

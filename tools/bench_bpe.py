@@ -131,11 +131,17 @@ def run_isolated(kind: str, spec: dict) -> dict:
     return json.loads(proc.stdout)
 
 
-def compare(kinds: list[str], spec: dict, repeats: int) -> dict:
+def compare(
+    kinds: list[str], spec: dict, repeats: int, runs_of: dict[str, int] | None = None
+) -> dict:
+    """``repeats`` runs of each kind, alternating, so drift on a noisy machine hits both;
+    ``runs_of`` gives a kind fewer (its first runs alternate with the others' first)."""
+    counts = {kind: (runs_of or {}).get(kind, repeats) for kind in kinds}
     runs: dict[str, list[dict]] = {k: [] for k in kinds}
-    for _ in range(repeats):
-        for kind in kinds:  # alternate, so drift on a noisy machine hits both
-            runs[kind].append(run_isolated(kind, spec))
+    for index in range(max(counts.values())):
+        for kind in kinds:
+            if index < counts[kind]:
+                runs[kind].append(run_isolated(kind, spec))
     out = {}
     for kind, rs in runs.items():
         out[kind] = {
@@ -150,11 +156,17 @@ def compare(kinds: list[str], spec: dict, repeats: int) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="mode", required=True)
     p = sub.add_parser("speedup", help="train_fast vs train_reference on the contract workload")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--reference-repeats",
+        type=int,
+        help="runs of the naive reference (default: --repeats); it takes about a minute, "
+        "100x the fast trainer, so one run's noise cannot bring the ratio near 1.5",
+    )
     p.add_argument("--out", type=Path)
     p = sub.add_parser("vs-hf", help="train_fast vs HF tokenizers")
     p.add_argument("--input", nargs="*", type=Path, default=[])
@@ -164,15 +176,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path)
     one = sub.add_parser("_one")
     one.add_argument("kind")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
 
+    if getattr(args, "reference_repeats", None) is not None and args.reference_repeats < 1:
+        parser.error("--reference-repeats must be at least 1")
     if args.mode == "_one":
         print(json.dumps(_run_one(args.kind, json.loads(sys.stdin.read()))))
         return 0
     if args.mode == "speedup":
         docs = speedup_documents()
         spec = {"texts": docs, "vocab_size": SPEEDUP_VOCAB, "min_frequency": SPEEDUP_MIN_FREQ}
-        result = compare(["fast", "reference"], spec, args.repeats)
+        fewer = {} if args.reference_repeats is None else {"reference": args.reference_repeats}
+        result = compare(["fast", "reference"], spec, args.repeats, fewer)
         result["workload"] = {
             "documents": len(docs),
             "bytes": sum(len(d.encode()) for d in docs),

@@ -52,8 +52,9 @@ class ProjectConfig:
     #: distributions whose versions evidence records in host.packages
     packages: tuple[str, ...] = ()
 
-    def modules(self, kind: str) -> list[tuple[Path, str]]:
-        """(file, dotted module name) of every module of ``kind``, sorted by name.
+    def modules(self, kind: str, only: str | None = None) -> list[tuple[Path, str]]:
+        """(file, dotted module name) of every module of ``kind`` (or of the one named
+        ``only``), sorted by name.
 
         Every ``*.py`` is imported, so one that is not a regular file (a FIFO would hang the
         import, /dev/zero fill memory) is a ProjectConfigError naming it. Hidden names
@@ -65,6 +66,7 @@ class ProjectConfig:
             package = ".".join(directory.relative_to(self.root).parts)
             found += [(f, f"{package}.{f.stem}") for f in sorted(directory.glob("*.py"))]
         modules = [(f, name) for f, name in found if not f.name.startswith(("__", "."))]
+        modules = [(f, name) for f, name in modules if only in (None, name)]
         for f, _ in modules:
             try:
                 os.close(files.open_regular(f))
@@ -135,20 +137,47 @@ def _directory(root: Path, pyproject: Path, kind: str, entry: str) -> Path:
 def discover(root: Path, kind: str) -> dict[str, str]:
     """Registered id → ``file:line`` of its implementation, found without importing."""
     config = load_config(root)
-    decorator = KINDS[kind][1]
     found: dict[str, str] = {}
     for file, _ in config.modules(kind):
-        try:
-            text = files.read_regular(file, MAX_FILE_BYTES).decode("utf-8")
-            tree = ast.parse(text, str(file))
-        except (SyntaxError, ValueError, OSError):  # ValueError: not UTF-8, or a NUL byte
+        for item, line in _registrations(file, KINDS[kind][1]):
+            found[item] = f"{file.relative_to(config.root)}:{line}"
+    return found
+
+
+def registering_module(root: Path, kind: str, item_id: str) -> str | None:
+    """The dotted name of the module of ``kind`` that registers ``item_id``, found as
+    :func:`discover` finds it (read, not imported); None when no module visibly does (a
+    registration whose id is not written out). Two registrations are a ProjectConfigError
+    naming both: importing one module alone would hide the other."""
+    config = load_config(root)
+    places = [
+        (f"{file.relative_to(config.root)}:{line}", name)
+        for file, name in config.modules(kind)
+        for item, line in _registrations(file, KINDS[kind][1])
+        if item == item_id
+    ]
+    if len(places) > 1:
+        raise ProjectConfigError(
+            f"{item_id} is registered more than once: {', '.join(at for at, _ in places)}"
+        )
+    return places[0][1] if places else None
+
+
+def _registrations(file: Path, decorator: str) -> list[tuple[str, int]]:
+    """(id, line) of every function in ``file`` decorated ``@decorator("ID", ...)`` with the
+    id written out; none when the file cannot be read or parsed (its import says why)."""
+    try:
+        text = files.read_regular(file, MAX_FILE_BYTES).decode("utf-8")
+        tree = ast.parse(text, str(file))
+    except (SyntaxError, ValueError, OSError):  # ValueError: not UTF-8, or a NUL byte
+        return []
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef):
             continue
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.FunctionDef):
-                continue
-            for dec in node.decorator_list:
-                if _is_call_of(dec, decorator) and isinstance(dec.args[0], ast.Constant):
-                    found[str(dec.args[0].value)] = f"{file.relative_to(config.root)}:{dec.lineno}"
+        for dec in node.decorator_list:
+            if _is_call_of(dec, decorator) and isinstance(dec.args[0], ast.Constant):
+                found.append((str(dec.args[0].value), dec.lineno))
     return found
 
 
@@ -161,14 +190,15 @@ def _is_call_of(node: ast.expr, name: str) -> bool:
     )
 
 
-def import_all(root: Path, kind: str) -> None:
-    """Import every module of ``kind`` so its decorators register.
+def import_all(root: Path, kind: str, *, only: str | None = None) -> None:
+    """Import every module of ``kind`` (or only the one whose dotted name is ``only``) so
+    its decorators register.
 
     The project root goes first on sys.path. A top-level package of the same name already
     imported from elsewhere (another project's ``tests``) is refused, never mixed up.
     """
     config = load_config(root)
-    modules = config.modules(kind)
+    modules = config.modules(kind, only)  # only that one is opened: a traced read is a source
     if modules and str(config.root) not in sys.path:
         sys.path.insert(0, str(config.root))
     for file, name in modules:

@@ -38,9 +38,10 @@ Limits (an under-approximation there; docs/evidence.md):
 - a project's own ``sitecustomize`` is shadowed by ours; ours runs the next one found on
   ``sys.path`` after itself, so it still takes effect.
 
-And an over-approximation: the in-process hook starts before the measurement modules are
-imported (``measure.lookup``), so every measurement module of the project counts, not only the
-one measuring this gate; and whatever else this process opens meanwhile (its pyproject.toml).
+And an over-approximation: whatever else this process opens while recording (its
+pyproject.toml). The in-process hook starts before the module that measures the gate is
+imported (``measure.load``), so that module and every project module it imports count; the
+other measurement modules, which ``measure.locate`` reads beforehand to find it, do not.
 Modules this process had imported before recording began are not opened again: `gates promote
 --stale` therefore runs each gate in a fresh process. The measurement function's own file is
 always added (:meth:`Recording.add`).

@@ -42,6 +42,16 @@ MEASUREMENT = textwrap.dedent("""\
     """)
 
 
+OTHER_MEASUREMENT = textwrap.dedent("""\
+    from gates.measure import Measurement, measures
+
+
+    @measures("GATE-WIDGET-999")
+    def another_gate(ctx):
+        return Measurement(values={"n": (1, "things")}, workload="not this contract's")
+    """)
+
+
 def run(root: Path, *args: str) -> subprocess.CompletedProcess:
     tool, *rest = args
     return subprocess.run(
@@ -84,6 +94,9 @@ def promoted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "data").mkdir()
     (root / "data" / "lines.txt").write_text(lines(5))
     (root / "unread.txt").write_text("tracked, and read by nothing the gate runs\n")
+    # Another gate's measurement module: read to find the one that measures this gate, but
+    # never imported by its check, so not among its sources.
+    (root / "gatework" / "other_gates.py").write_text(OTHER_MEASUREMENT)
     widget_project.commit_all(root, "a measurement that reads data through a child")
     proc = run(root, "gates", "promote", "GATE-WIDGET-001", "--files", str(CONTRACT))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -105,6 +118,7 @@ def test_sources_are_the_files_the_tests_and_the_measurement_read(promoted: Path
     assert "data/lines.txt" in recorded  # opened only by the measurement's own child
     assert "gatework/widget_gates.py" in recorded  # the measurement's module
     assert "unread.txt" not in recorded  # tracked, but nothing read it
+    assert "gatework/other_gates.py" not in recorded  # another gate's measurement module
     assert not [p for p in recorded if p.startswith(("contracts/", "evidence/", "/"))]
     assert ".gates.lock" not in recorded
     assert list(recorded) == sorted(recorded)

@@ -204,3 +204,85 @@ def test_each_measurement_module_is_named_by_the_contract_it_measures(tmp_path: 
         "tests/measurements/helpers.py: measures gates of no contract",
         "tests/measurements/w_gates.py: measures widget's gates",
     ]
+
+
+TWO_GATES = {
+    "twomods/measure/helper.py": "VALUE = 3\n",
+    "twomods/measure/first.py": """\
+        from gates.measure import Measurement, measures
+
+        from .helper import VALUE
+
+
+        @measures("GATE-FIRST-001")
+        def m(ctx):
+            return Measurement(values={"v": (VALUE, "units")}, workload="w")
+        """,
+    "twomods/measure/second.py": """\
+        from gates.measure import Measurement, measures
+
+
+        @measures("GATE-SECOND-001")
+        def m(ctx):
+            return Measurement(values={"v": (2, "units")}, workload="w")
+        """,
+}
+TWO_GATES_TABLE = "[tool.shipgate]\nmeasurements = ['twomods/measure']\n"
+
+
+def test_lookup_imports_only_the_module_that_registers_the_gate(
+    tmp_path: Path, isolated_imports: None, monkeypatch: pytest.MonkeyPatch
+):
+    """Importing every measurement module put all of them in every gate's traced sources:
+    an edit to one staled all 36 gates of this project."""
+    monkeypatch.setattr(measure, "REGISTRY", {})
+    write_project(tmp_path, TWO_GATES_TABLE, TWO_GATES)
+    measurer = measure.lookup("GATE-FIRST-001", tmp_path)
+    assert measurer is not None and measurer.fn(None).values == {"v": (3, "units")}
+    assert "twomods.measure.first" in sys.modules
+    assert "twomods.measure.second" not in sys.modules
+    assert sorted(measure.REGISTRY) == ["GATE-FIRST-001"]
+
+
+def test_a_gates_traced_sources_are_its_module_and_what_it_imports(
+    tmp_path: Path, isolated_imports: None, monkeypatch: pytest.MonkeyPatch
+):
+    from gates.provenance import trace  # noqa: PLC0415
+
+    monkeypatch.setattr(measure, "REGISTRY", {})
+    write_project(tmp_path, TWO_GATES_TABLE, TWO_GATES)
+    module = measure.locate("GATE-FIRST-001", tmp_path)
+    with trace.recording(tmp_path) as traced:
+        measure.load("GATE-FIRST-001", tmp_path, module)
+    paths = {s["path"] for s in traced.sources()}
+    assert {"twomods/measure/first.py", "twomods/measure/helper.py"} <= paths
+    assert "twomods/measure/second.py" not in paths
+
+
+def test_a_gate_registered_twice_is_refused_naming_both_places(
+    tmp_path: Path, isolated_imports: None, monkeypatch: pytest.MonkeyPatch
+):
+    """Only one module is imported; a second registration of the gate would be hidden (and
+    not among the sources), so it is an error, not a choice."""
+    monkeypatch.setattr(measure, "REGISTRY", {})
+    again = TWO_GATES["twomods/measure/second.py"].replace("GATE-SECOND-001", "GATE-FIRST-001")
+    write_project(tmp_path, TWO_GATES_TABLE, {**TWO_GATES, "twomods/measure/second.py": again})
+    with pytest.raises(project.ProjectConfigError) as refused:
+        measure.lookup("GATE-FIRST-001", tmp_path)
+    message = str(refused.value)
+    assert "GATE-FIRST-001 is registered more than once" in message
+    assert "twomods/measure/first.py:6" in message and "twomods/measure/second.py:4" in message
+    assert measure.lookup("GATE-SECOND-001", tmp_path) is None  # nothing else registers it
+
+
+def test_a_registration_pv_cannot_read_is_found_by_importing_every_module(
+    tmp_path: Path, isolated_imports: None, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(measure, "REGISTRY", {})
+    computed = TWO_GATES["twomods/measure/second.py"].replace(
+        '@measures("GATE-SECOND-001")', '@measures("GATE-" + "SECOND-001")'
+    )
+    write_project(tmp_path, TWO_GATES_TABLE, {**TWO_GATES, "twomods/measure/second.py": computed})
+    assert measure.locate("GATE-SECOND-001", tmp_path) is None
+    measurer = measure.lookup("GATE-SECOND-001", tmp_path)
+    assert measurer is not None and measurer.fn(None).values == {"v": (2, "units")}

@@ -23,7 +23,7 @@ at peak on an H200); the 24 GB config's micro-batch of 4 leaves an H100 mostly i
 an H200 16 x 1024 reached 37.5 % MFU where 32 x 1024 reached 41.0 %.
 
 As the loop does, the per-token loss is compiled beside the model
-(``torch.compile(loss.token_losses)``) and AdamW is PyTorch's fused one on CUDA
+(``torch.compile(loss.token_losses)``) and AdamW is PyTorch's fused one
 (optim.build_adamw); the HF side gets the same loss and the same AdamW. ``--sides ours``
 times our model alone; ``--profile FILE`` runs torch.profiler over three more steps of ours
 and puts the device time grouped into matrix products, attention, optimizer, compiled
@@ -122,6 +122,7 @@ def adamw_like_ours(
         lr=hyper.lr,
         betas=(hyper.beta1, hyper.beta2),
         eps=hyper.eps,
+        fused=fused,
     )
 
 

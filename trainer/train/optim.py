@@ -79,12 +79,13 @@ def build_adamw(
 ) -> torch.optim.AdamW:
     """torch.optim.AdamW over two named groups: "decay" (weight_decay) and "no_decay" (0).
 
-    On CUDA the fused implementation (one kernel per group; on an H200 a 370M step's
-    optimizer time went from ~9 to ~3 ms against foreach); elsewhere PyTorch's default
-    (foreach on CPU), which keeps CPU runs bitwise what they were.
+    The fused implementation on CPU and CUDA alike (one kernel per group): on an H200 a
+    370M step's optimizer time went from ~9 to ~3 ms against foreach; on 2 CPU cores from
+    1.1 s to 0.21 s, and the first step (which allocates the moments) from 5.1 s to 1.0 s.
+    It rounds differently from foreach (a few ulp), so a CPU run is not bitwise the same
+    run under foreach; it is still bitwise reproducible, and resumes bitwise.
     """
     groups = param_groups(model)
-    on_cuda = all(p.device.type == "cuda" for p in model.parameters())
     return torch.optim.AdamW(
         [
             {
@@ -97,7 +98,7 @@ def build_adamw(
         lr=lr,
         betas=betas,
         eps=eps,
-        fused=True if on_cuda else None,
+        fused=True,
     )
 
 

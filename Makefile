@@ -16,6 +16,11 @@ PYTEST_JOBS    ?= -n auto --dist worksteal
 # The slowest tests, printed at the end of `make test`: CI's log then says where the suite's
 # time goes on the machine that ran it (the suite's budget is 20 minutes on 2 cores).
 PYTEST_DURATIONS ?= --durations=30 --durations-min=5
+# One intra-op thread per torch process in the suite (the workers and every trainer they
+# start), unless the caller says otherwise: the workers already fill the cores, and two
+# OpenMP threads per process then wait on each other. tools/run_dir_harness.py's test under
+# one busy 2-thread process: 264 s with torch's default threads, 112 s with one.
+PYTEST_THREADS ?= $(or $(OMP_NUM_THREADS),1)
 
 .PHONY: venv demo test test-quick ship-blocking gates-check audit lint clean golden framework-alone examples-alone
 
@@ -55,18 +60,18 @@ ABS_BIN  := $(abspath $(BIN))
 test: $(STAMP) lint
 	$(BIN)/pv validate contracts/*.yaml
 	for ex in $(EXAMPLES); do (cd $$ex && $(ABS_BIN)/pv validate contracts/*.yaml) || exit 1; done
-	tools/pytest.sh $(PYTEST_JOBS) $(PYTEST_DURATIONS) $(PYTEST_ARGS)
+	OMP_NUM_THREADS=$(PYTEST_THREADS) tools/pytest.sh $(PYTEST_JOBS) $(PYTEST_DURATIONS) $(PYTEST_ARGS)
 
 # Rewrite the golden traces (tests/golden/) after a change meant to move them; say why.
 golden: $(STAMP)
 	$(BIN)/python -m tests.golden.traces --write
 
 test-quick: $(STAMP)
-	tools/pytest.sh $(PYTEST_JOBS) -m "not slow" $(PYTEST_ARGS)
+	OMP_NUM_THREADS=$(PYTEST_THREADS) tools/pytest.sh $(PYTEST_JOBS) -m "not slow" $(PYTEST_ARGS)
 
 # Exactly the tests bound to ship-blocking gates (none bound yet is not a failure).
 ship-blocking: $(STAMP)
-	ALLOW_NO_TESTS=1 tools/pytest.sh $(PYTEST_JOBS) -m ship_blocking $(PYTEST_ARGS)
+	OMP_NUM_THREADS=$(PYTEST_THREADS) ALLOW_NO_TESTS=1 tools/pytest.sh $(PYTEST_JOBS) -m ship_blocking $(PYTEST_ARGS)
 
 # Re-measure every PASS/PARTIAL gate at HEAD, ship-blocking or not (its bound tests and its
 # measurement, each gate in its own process, as many at a time as there are CPUs, a gate that

@@ -21,6 +21,7 @@ PYTEST_DURATIONS ?= --durations=30 --durations-min=5
 # OpenMP threads per process then wait on each other. tools/run_dir_harness.py's test under
 # one busy 2-thread process: 264 s with torch's default threads, 112 s with one.
 PYTEST_THREADS ?= $(or $(OMP_NUM_THREADS),1)
+PYTEST := OMP_NUM_THREADS=$(PYTEST_THREADS) tools/pytest.sh
 
 .PHONY: venv demo test test-quick ship-blocking gates-check audit lint clean golden framework-alone examples-alone
 
@@ -60,18 +61,18 @@ ABS_BIN  := $(abspath $(BIN))
 test: $(STAMP) lint
 	$(BIN)/pv validate contracts/*.yaml
 	for ex in $(EXAMPLES); do (cd $$ex && $(ABS_BIN)/pv validate contracts/*.yaml) || exit 1; done
-	OMP_NUM_THREADS=$(PYTEST_THREADS) tools/pytest.sh $(PYTEST_JOBS) $(PYTEST_DURATIONS) $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_JOBS) $(PYTEST_DURATIONS) $(PYTEST_ARGS)
 
 # Rewrite the golden traces (tests/golden/) after a change meant to move them; say why.
 golden: $(STAMP)
 	$(BIN)/python -m tests.golden.traces --write
 
 test-quick: $(STAMP)
-	OMP_NUM_THREADS=$(PYTEST_THREADS) tools/pytest.sh $(PYTEST_JOBS) -m "not slow" $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_JOBS) -m "not slow" $(PYTEST_ARGS)
 
 # Exactly the tests bound to ship-blocking gates (none bound yet is not a failure).
 ship-blocking: $(STAMP)
-	OMP_NUM_THREADS=$(PYTEST_THREADS) ALLOW_NO_TESTS=1 tools/pytest.sh $(PYTEST_JOBS) -m ship_blocking $(PYTEST_ARGS)
+	ALLOW_NO_TESTS=1 $(PYTEST) $(PYTEST_JOBS) -m ship_blocking $(PYTEST_ARGS)
 
 # Re-measure every PASS/PARTIAL gate at HEAD, ship-blocking or not (its bound tests and its
 # measurement, each gate in its own process, as many at a time as there are CPUs, a gate that

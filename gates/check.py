@@ -19,7 +19,7 @@ from gates.model import project
 from gates.model.contract import Contract, Gate
 from gates.provenance import evidence, recipes, trace
 from gates.refusal import RefusedError
-from gates.runner import testrun
+from gates.runner import forkrun, testrun
 
 
 @dataclass
@@ -318,11 +318,8 @@ def check(
     )
     reasons: list[str] = []
 
-    with traced:
-        outcomes = [] if mutant is not None else _run_bound_tests(root, contract, gate, reasons)
-        ctx = measure.GateContext(root, contract, gate, tuple(p for p, _ in refs))
-        with _mutated(root, mutant):
-            result = measurer.fn(ctx)
+    ctx = measure.GateContext(root, contract, gate, tuple(p for p, _ in refs))
+    outcomes, result = _tests_then_measurement(ctx, measurer, traced, mutant, reasons)
     for path, before in refs:
         if _digest(path, measurer.recipe)[0] != before["sha256"]:
             raise RefusedError(f"artifact {path} changed while it was being measured")
@@ -384,17 +381,59 @@ def check(
     return CheckResult(verdict, reasons, record, [o for _, o in outcomes], artifact_notes)
 
 
+def _tests_then_measurement(
+    ctx: measure.GateContext,
+    measurer: measure.Measurer,
+    traced: trace.Recording,
+    mutant: str | None,
+    reasons: list[str],
+) -> tuple[list[tuple[str, testrun.TestOutcome]], measure.Measurement]:
+    """The gate's bound tests (none under a mutant), then its measurement, both recorded by
+    ``traced``; what did not pass is appended to ``reasons``."""
+    warm = _warm_interpreter(ctx.root, ctx.gate) if mutant is None else None
+    try:
+        with traced:
+            outcomes = []
+            if mutant is None:
+                outcomes = _run_bound_tests(ctx.root, ctx.contract, ctx.gate, reasons, warm)
+            if warm is not None:
+                warm.close()  # before the measurement: its memory is the measurement's
+            with _mutated(ctx.root, mutant):
+                return outcomes, measurer.fn(ctx)
+    finally:
+        if warm is not None:
+            warm.close()
+
+
+def _warm_interpreter(root: Path, gate: Gate) -> forkrun.WarmInterpreter | None:
+    """A warm interpreter for a gate with several bound tests, started (outside the trace
+    recording: gates.runner.forkrun): each test then runs in a fork of it instead of a fresh
+    ``python -m pytest``, without ~4 s of start-up and imports apiece; a run's outcome and
+    traced sources are the same either way (the audit runs every test so). None for one test,
+    where the warm interpreter's own start costs what it saves."""
+    if len(gate.falsification_tests) < 2 or not forkrun.AVAILABLE:
+        return None
+    warm = forkrun.WarmInterpreter(root)
+    warm.start()
+    return warm
+
+
 def _run_bound_tests(
-    root: Path, contract: Contract, gate: Gate, reasons: list[str]
+    root: Path,
+    contract: Contract,
+    gate: Gate,
+    reasons: list[str],
+    warm: forkrun.WarmInterpreter | None = None,
 ) -> list[tuple[str, testrun.TestOutcome]]:
-    """Each bound test of ``gate`` run once; what did not pass is appended to ``reasons``."""
+    """Each bound test of ``gate`` run once (in a fork of ``warm`` when given); what did not
+    pass is appended to ``reasons``."""
     outcomes = []
     for ref in gate.falsification_tests:
         test = contract.test(ref)
         if test is None or not test.bound or not test.test:
             reasons.append(f"{ref} is not bound to a test")
             continue
-        outcome = testrun.run_node(root, test.test)
+        outcome = testrun.run_node(root, test.test, warm=warm)
         outcomes.append((ref, outcome))
         if outcome.outcome != "passed":
             tail = "\n".join(outcome.output.strip().splitlines()[-15:])

@@ -113,9 +113,10 @@ def _mutant_verdict(gate_id: str, mutant_id: str, verdict: str) -> int:
 
 def cmd_check_many(args: argparse.Namespace) -> int:
     """`gates check --ship-blocking` (every ship-blocking gate) or `--all` (every PASS/PARTIAL
-    gate): re-measure each in a fresh `gates check` process, ``--jobs`` at a time with timed
-    gates alone (gates.runner.checkrun), writing nothing; fails unless each one's verdict is the
-    status its contract records (PASS; PARTIAL for a PARTIAL gate). A missing artifact is
+    gate): re-measure each in a process of its own (gates.cli.check_one: `gates check GATE`
+    less the validation done here, once), ``--jobs`` at a time with timed gates alone
+    (gates.runner.checkrun), writing nothing; fails unless each one's verdict is the status
+    its contract records (PASS; PARTIAL for a PARTIAL gate). A missing artifact is
     rebuilt from its recipe into the cache (gates.provenance.recipes). CI runs it at HEAD."""
     flags = [
         f for f, on in (("--ship-blocking", args.ship_blocking), ("--all", args.all),

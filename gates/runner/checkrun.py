@@ -1,4 +1,5 @@
-"""Re-measure many gates, each in a fresh ``gates check`` process, several at a time.
+"""Re-measure many gates, each in a process of its own, several at a time: ``gates check GATE``
+less the validation its caller did once (gates.cli.check_one).
 
 ``gates check --ship-blocking`` runs every ship-blocking gate this way (CI, at HEAD):
 
@@ -114,7 +115,7 @@ def _run_one(job: Job, argv: list[str], evidence: Path, env: dict[str, str]) -> 
 
 
 def gates_check_argv(job: Job, out: Path, root: Path | None) -> list[str]:
-    """``python -m gates.cli.gates check GATE --out OUT --files CONTRACT [--root ROOT]``."""
-    argv = [sys.executable, "-m", "gates.cli.gates", "check", job.gate_id, "--out", str(out)]
-    argv += ["--files", str(job.contract_path)]
-    return argv + (["--root", str(root)] if root else [])
+    """``python -m gates.cli.check_one GATE CONTRACT OUT [ROOT]``: `gates check GATE --files
+    CONTRACT --out OUT [--root ROOT]` less the contract's validation, which the caller did."""
+    argv = [sys.executable, "-m", "gates.cli.check_one", job.gate_id, str(job.contract_path)]
+    return argv + [str(out)] + ([str(root)] if root else [])

@@ -45,6 +45,7 @@ import contextlib
 import gc
 import importlib
 import importlib.machinery
+import importlib.util
 import json
 import os
 import queue
@@ -59,7 +60,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from types import CodeType
+from types import CodeType, ModuleType
 
 #: Set to "PASSIVE" for processes run side by side (`gates audit`, `gates check --jobs`): each
 #: keeps torch's thread count, so idle OpenMP threads must sleep, not spin (two runs of two
@@ -118,15 +119,24 @@ class WarmInterpreter:
     def __init__(self, root: Path, preload: tuple[str, ...] = PRELOAD) -> None:
         self.root = root
         self.preload = preload
+        # The environment as it is now, for every start: a restart inside a trace recording
+        # (gates.check's attached one) must not make the interpreter, which reads every
+        # project file to compile it, a traced reader of them all.
+        self._env = dict(os.environ)
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
 
+    def start(self) -> None:
+        """Start it now (it preloads while the caller goes on), not on the first run."""
+        with self._lock:
+            if self._proc is None:
+                self._proc = self._start()
+
     def _start(self) -> subprocess.Popen:
-        env = dict(os.environ)
         return subprocess.Popen(
             [sys.executable, "-m", "gates.runner.forkrun", *self.preload],
             cwd=self.root,
-            env=env,
+            env=self._env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -344,9 +354,7 @@ def _child(request: dict) -> None:
         for name in _project_modules(request["cwd"]):
             del sys.modules[name]
         if request.get("traced"):
-            from gates.provenance import trace_hook  # noqa: PLC0415 - in the child, before the project
-
-            trace_hook.start()
+            _trace_hook().start()
         module = request.get("module", "pytest")
         if module == "pytest":
             import pytest  # noqa: PLC0415 - preloaded; imported here for the name
@@ -373,6 +381,20 @@ def _child(request: dict) -> None:
             with contextlib.suppress(BaseException):
                 stream.flush()
         os._exit(code if isinstance(code, int) else 1)
+
+
+def _trace_hook() -> ModuleType:
+    """gates/provenance/trace_hook.py, loaded from its file under a private name, as a fresh
+    traced process runs it (a copy, as ``sitecustomize``): imported as
+    ``gates.provenance.trace_hook`` it would import the ``gates`` package before the hook
+    starts, and a run that imports ``gates`` later (the pytest plugin does) would not be seen
+    reading ``gates/__init__.py`` when the package is part of the project."""
+    path = Path(__file__).resolve().parent.parent / "provenance" / "trace_hook.py"
+    spec = importlib.util.spec_from_file_location("_shipgate_trace_hook", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _declare_preloaded_plugins_unrewritten() -> None:

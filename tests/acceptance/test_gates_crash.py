@@ -130,7 +130,7 @@ def pristine(tmp_path: Path, monkeypatch) -> Path:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # registers the GATE-WIDGET-* measurements in-process
 
-    def passed(root: Path, node: str, mutant: str | None = None, timeout_s: float = 900):
+    def passed(root: Path, node: str, mutant: str | None = None, timeout_s=900, *, warm=None):
         return testrun.TestOutcome(node, mutant, "passed", 0.0, "")
 
     monkeypatch.setattr(testrun, "run_node", passed)

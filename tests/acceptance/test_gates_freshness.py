@@ -273,6 +273,41 @@ def test_check_all_re_measures_every_promoted_gate_and_only_those(project: Path)
     assert both.returncode == 2 and "not both" in both.stderr
 
 
+def test_each_gate_of_check_all_is_measured_as_gates_check_measures_it(project: Path):
+    """`--all` runs each gate in a `python -m gates.cli.check_one` child, which skips the
+    contract's validation (the parent did it, once): the child's evidence is what `gates
+    check GATE --out` writes but for the moment and the seconds; an unknown gate is refused,
+    and a contract that does not validate is still refused, by the parent, before any run."""
+    widget_project.commit_all(project, "the promotion")
+    out = project.parent  # outside the work tree: evidence written in it would make it dirty
+    one = run(project, "check_one", "GATE-WIDGET-001", str(CONTRACT), str(out / "one.json"))
+    assert one.returncode == 0, one.stdout + one.stderr
+    full = run(project, "gates", "check", "GATE-WIDGET-001", "--files", str(CONTRACT),
+               "--out", str(out / "full.json"))  # fmt: skip
+    assert full.returncode == 0, full.stdout + full.stderr
+    assert one.stdout.splitlines()[:2] == full.stdout.splitlines()[:2] == [
+        "GATE-WIDGET-001: PASS", "  line_count = 5 lines"]  # fmt: skip
+    evidence = [json.loads((out / name).read_text()) for name in ("one.json", "full.json")]
+    for record in evidence:
+        del record["captured_at"]
+        for test in record["tests"]:
+            del test["seconds"]
+    assert evidence[0].pop("command") == ["gates", "check", "GATE-WIDGET-001", "--out",
+                                          "…/one.json", "--files", str(CONTRACT)]  # fmt: skip
+    evidence[1].pop("command")
+    assert evidence[0] == evidence[1]
+
+    unknown = run(project, "check_one", "GATE-WIDGET-404", str(CONTRACT), str(out / "no.json"))
+    assert unknown.returncode == 1 and "no gate GATE-WIDGET-404" in unknown.stderr
+    assert not (out / "no.json").exists()
+
+    contract = project / CONTRACT
+    contract.write_text(contract.read_text().replace("kind: tooling", "kind: toolin"))
+    refused = run(project, "gates", "check", "--all", "--files", str(CONTRACT))
+    assert refused.returncode == 1 and "SCHEMA-ENUM" in refused.stderr, refused.stderr
+    assert "== gates check" not in refused.stdout
+
+
 def test_check_ship_blocking_fails_when_one_does_not_pass(project: Path):
     (project / "data" / "lines.txt").write_text(lines(2))
     widget_project.commit_all(project, "too few lines")

@@ -44,7 +44,7 @@ UNREADABLE = {
 }
 
 
-def _stub_test_run(root: Path, node: str, mutant: str | None = None, timeout_s: float = 900):
+def _stub_test_run(root: Path, node: str, mutant: str | None = None, timeout_s=900, *, warm=None):
     return testrun.TestOutcome(node, mutant, "passed", 0.0, "")
 
 

@@ -277,3 +277,26 @@ def test_the_project_is_compiled_without_hidden_directories_or_virtualenvs(tmp_p
     assert set(compiled) == {str(tmp_path / "pkg" / "mod.py")}
     data, code = compiled[str(tmp_path / "pkg" / "mod.py")]
     assert data == b"X = 1\n" and code.co_filename == str(tmp_path / "pkg" / "mod.py")
+
+
+def test_a_traced_fork_reads_what_a_fresh_traced_process_reads_the_tracers_package_too():
+    """Here the ``gates`` package is part of the project, and a bound test's run reads
+    gates/__init__.py (the pytest plugin imports it). A fork must be seen reading it as a
+    fresh process is, though the trace hook lives in that package: imported as a module of it
+    before the hook started, the package was never read again, and `gates check`'s sources
+    (its bound tests run in forks) missed it."""
+    root = Path(__file__).resolve().parents[3]
+    node = "tests/unit/gates/test_semver.py::test_build_metadata_does_not_change_precedence"
+    warm = forkrun.WarmInterpreter(root, preload=("pytest",))
+    read = []
+    try:
+        for interpreter in (None, warm):
+            with trace.recording(root, detached=True) as traced:
+                outcome = testrun.run_node(root, node, traced=traced, warm=interpreter)
+            assert outcome.outcome == "passed", outcome.output
+            read.append({s["path"] for s in traced.sources()})
+    finally:
+        warm.close()
+    fresh, forked = read
+    assert {"gates/__init__.py", "tests/unit/gates/test_semver.py"} <= fresh
+    assert forked == fresh

@@ -97,3 +97,87 @@ def test_a_check_writes_its_evidence_whatever_the_verdict(
     written = json.loads(out.read_text())
     assert written == result.evidence and written["verdict"] == verdict
     assert out.read_bytes() == service.evidence_bytes(result.evidence)
+
+
+SECOND_TEST = """
+
+def test_an_empty_file_has_no_lines(tmp_path):
+    p = tmp_path / "empty.txt"
+    p.write_text("")
+    assert widget.count_lines(p) == 0
+"""
+
+#: Not ship-blocking: its bound tests need no mutant of their own.
+OTHER_GATE = "- id: GATE-WIDGET-002"
+SECOND_BOUND = """\
+  - id: FALSIFY-WIDGET-002
+    rule: count an empty file
+    prediction: "0"
+    status: bound
+    test: tests/test_widget.py::test_an_empty_file_has_no_lines
+    if_fails: an empty file is counted as a line
+gates:"""
+
+
+@pytest.mark.parametrize("empty_counts_as", [0, 1])
+def test_several_bound_tests_run_in_forks_and_report_what_fresh_processes_report(
+    measured_widget, monkeypatch, empty_counts_as
+):
+    """A gate with two bound tests (GATE-WIDGET-002, line_count <= 100) runs them in forks
+    of one warm interpreter (gates.check, gates.runner.forkrun): outcomes, the failing test's
+    reason and the traced sources are those of a fresh ``python -m pytest`` per test. With an
+    empty file counted as a line, the second test fails and the gate FAILs naming it, either
+    way."""
+    from gates import check  # noqa: PLC0415
+    from gates.runner import testrun  # noqa: PLC0415
+    from tests.acceptance import widget_project  # noqa: PLC0415
+
+    root, contract = measured_widget
+    with (root / "tests" / "test_widget.py").open("a") as fh:
+        fh.write(SECOND_TEST)
+    first, second = contract.read_text().replace("gates:", SECOND_BOUND, 1).split(OTHER_GATE)
+    bound = "- FALSIFY-WIDGET-001\n"
+    second = second.replace(bound, bound + "      - FALSIFY-WIDGET-002\n", 1)
+    contract.write_text(first + OTHER_GATE + second)
+    if empty_counts_as:
+        (root / "widget.py").write_text(
+            widget_project.WIDGET.replace("return ", "return 1 if not path.read_text() else ")
+        )
+    widget_project.commit_all(root, "a second bound test")
+    contracts = service.usable_contracts([contract], root=root).contracts
+    c, gate = service.find_gate(contracts, "GATE-WIDGET-002")
+    assert len(gate.falsification_tests) == 2
+
+    forked_runs = []
+    real_run_node = testrun.run_node
+
+    def run_node(*args, **kwargs):
+        forked_runs.append(kwargs.get("warm") is not None)
+        return real_run_node(*args, **kwargs)
+
+    monkeypatch.setattr(testrun, "run_node", run_node)
+    results = {}
+    for how in ("forked", "fresh"):
+        if how == "fresh":
+            monkeypatch.setattr(check, "_warm_interpreter", lambda root, gate: None)
+        results[how] = service.check_gate(c, gate, [lines(root, 5)], command=["gates", "check"])
+    assert forked_runs == [True, True, False, False]
+    forked, fresh = (results[k].evidence for k in ("forked", "fresh"))
+    second_outcome = "failed" if empty_counts_as else "passed"
+    for evidence in (forked, fresh):
+        outcomes = [(t["id"], t["outcome"]) for t in evidence["tests"]]
+        assert outcomes == [
+            ("FALSIFY-WIDGET-001", "passed"),
+            ("FALSIFY-WIDGET-002", second_outcome),
+        ]
+    assert forked["sources"] == fresh["sources"]
+    assert {"widget.py", "tests/test_widget.py"} <= {s["path"] for s in forked["sources"]}
+    verdict = "FAIL" if empty_counts_as else "PASS"
+    assert {k: r.verdict for k, r in results.items()} == {"forked": verdict, "fresh": verdict}
+    if empty_counts_as:
+        for result in results.values():
+            (reason,) = result.reasons
+            assert (
+                reason.startswith("FALSIFY-WIDGET-002 (tests/test_widget.py::")
+                and "assert 1 == 0" in reason
+            )

@@ -390,32 +390,32 @@ def _tests_then_measurement(
 ) -> tuple[list[tuple[str, testrun.TestOutcome]], measure.Measurement]:
     """The gate's bound tests (none under a mutant), then its measurement, both recorded by
     ``traced``; what did not pass is appended to ``reasons``."""
-    warm = _warm_interpreter(ctx.root, ctx.gate) if mutant is None else None
-    try:
-        with traced:
-            outcomes = []
-            if mutant is None:
-                outcomes = _run_bound_tests(ctx.root, ctx.contract, ctx.gate, reasons, warm)
-            if warm is not None:
-                warm.close()  # before the measurement: its memory is the measurement's
-            with _mutated(ctx.root, mutant):
-                return outcomes, measurer.fn(ctx)
-    finally:
-        if warm is not None:
-            warm.close()
+    outcomes = []
+    if mutant is None:
+        # The warm interpreter ends before the measurement: its memory is the measurement's.
+        with _warm_interpreter(ctx.root, ctx.gate) as warm, traced:
+            outcomes = _run_bound_tests(ctx.root, ctx.contract, ctx.gate, reasons, warm)
+    with traced, _mutated(ctx.root, mutant):
+        return outcomes, measurer.fn(ctx)
 
 
-def _warm_interpreter(root: Path, gate: Gate) -> forkrun.WarmInterpreter | None:
-    """A warm interpreter for a gate with several bound tests, started (outside the trace
-    recording: gates.runner.forkrun): each test then runs in a fork of it instead of a fresh
-    ``python -m pytest``, without ~4 s of start-up and imports apiece; a run's outcome and
-    traced sources are the same either way (the audit runs every test so). None for one test,
-    where the warm interpreter's own start costs what it saves."""
+@contextlib.contextmanager
+def _warm_interpreter(root: Path, gate: Gate) -> Iterator[forkrun.WarmInterpreter | None]:
+    """A warm interpreter for a gate with several bound tests, started here, outside the
+    trace recording (gates.runner.forkrun), and closed on leaving: each test then runs in a
+    fork of it instead of a fresh ``python -m pytest``, without ~1.5-5 s of start-up and
+    imports apiece; a run's outcome and traced sources are the same either way (the audit
+    runs every test so). None for one test, where the warm start (5-7 s: the preload and the
+    project compiled) costs more than it saves."""
     if len(gate.falsification_tests) < 2 or not forkrun.AVAILABLE:
-        return None
+        yield None
+        return
     warm = forkrun.WarmInterpreter(root)
     warm.start()
-    return warm
+    try:
+        yield warm
+    finally:
+        warm.close()
 
 
 def _run_bound_tests(

@@ -15,24 +15,22 @@ import sys
 from pathlib import Path
 
 from gates import service
-from gates.cli.gates_promotion import _mutant_verdict, _print_check
-from gates.model.contract import Contract
-from gates.model.source import read_yaml
+from gates.cli.gates_promotion import mutant_verdict, print_check, unvalidated_gate
+from gates.refusal import RefusedError
 
 
 def main(argv: list[str]) -> int:
     gate_id, mutant_id, contract_path, root = argv
-    source = read_yaml(Path(contract_path))
-    contract = Contract.from_data(source.path, source.data)
-    gate = contract.gate(gate_id)
-    if gate is None:
-        raise SystemExit(f"{contract_path}: no gate {gate_id}")
+    try:
+        contract, gate = unvalidated_gate(Path(contract_path), gate_id)
+    except RefusedError as exc:
+        raise SystemExit(str(exc)) from None
     command = ["gates", "check", gate_id, "--mutant", mutant_id]
     result = service.check_gate(
         contract, gate, [], root=Path(root), command=command, mutant=mutant_id
     )
-    _print_check(result)
-    return _mutant_verdict(gate_id, mutant_id, result.verdict)
+    print_check(result)
+    return mutant_verdict(gate_id, mutant_id, result.verdict)
 
 
 if __name__ == "__main__":

@@ -15,23 +15,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gates import exit_codes, service
+from gates import service
 from gates.cli.common import run_guarded
-from gates.cli.gates_promotion import _print_check
+from gates.cli.gates_promotion import print_check, unvalidated_gate, written_verdict
 from gates.io.machine_paths import portable_command
-from gates.model.contract import Contract
-from gates.model.source import read_yaml
 from gates.pv.validate import find_root
-from gates.refusal import RefusedError
 
 
 def main(argv: list[str]) -> int:
     gate_id, contract_path, out, *rest = argv
-    source = read_yaml(Path(contract_path))
-    contract = Contract.from_data(source.path, source.data)
-    gate = contract.gate(gate_id)
-    if gate is None:
-        raise RefusedError(f"{contract_path}: no gate {gate_id}")
+    contract, gate = unvalidated_gate(Path(contract_path), gate_id)
     root = Path(rest[0]) if rest else find_root(contract.path)
     # The command line of the `gates check GATE` this run stands for, as evidence records it.
     args = [
@@ -45,10 +38,8 @@ def main(argv: list[str]) -> int:
     ]
     command = portable_command("gates", args, root)
     result = service.check_gate(contract, gate, [], root=root, command=command)
-    _print_check(result)
-    service.write_evidence(Path(out), result.evidence)
-    print(f"evidence written to {out}")
-    return exit_codes.OK if result.verdict in ("PASS", "PARTIAL") else exit_codes.FINDINGS
+    print_check(result)
+    return written_verdict(result, Path(out))
 
 
 if __name__ == "__main__":

@@ -19,9 +19,11 @@ from gates.cli.common import (
     valid_contracts,
 )
 from gates.model.contract import Contract, Gate
+from gates.model.source import read_yaml
 from gates.provenance import at_ref, evidence, freshness
 from gates.pv.checks.project_rules import evidence_mismatches
 from gates.pv.validate import find_root
+from gates.refusal import RefusedError
 from gates.runner import checkrun
 
 
@@ -55,7 +57,19 @@ def _target(args: argparse.Namespace) -> tuple[Path, Contract, Gate]:
     return root, contract, gate
 
 
-def _print_check(result: CheckResult) -> None:
+def unvalidated_gate(contract_path: Path, gate_id: str) -> tuple[Contract, Gate]:
+    """``gate_id`` of the contract at ``contract_path``, read without validating it: for a
+    child whose parent validated the contract files before starting it (gates.cli.check_one,
+    gates.cli.audit_measurement). RefusedError when the contract has no such gate."""
+    source = read_yaml(contract_path)
+    contract = Contract.from_data(source.path, source.data)
+    gate = contract.gate(gate_id)
+    if gate is None:
+        raise RefusedError(f"{contract_path}: no gate {gate_id}")
+    return contract, gate
+
+
+def print_check(result: CheckResult) -> None:
     ev = result.evidence
     print(f"{ev['gate']}: {result.verdict}")
     for name, m in ev["measurements"].items():
@@ -93,16 +107,22 @@ def cmd_check(args: argparse.Namespace) -> int:
         command=recorded_command("gates", root),
         mutant=args.mutant,
     )
-    _print_check(result)  # first: the verdict is shown even if its evidence cannot be written
+    print_check(result)  # first: the verdict is shown even if its evidence cannot be written
     if args.mutant:
-        return _mutant_verdict(gate.id, args.mutant, result.verdict)
-    if args.out:
-        service.write_evidence(args.out, result.evidence)
-        print(f"evidence written to {args.out}")
+        return mutant_verdict(gate.id, args.mutant, result.verdict)
+    return written_verdict(result, args.out)
+
+
+def written_verdict(result: CheckResult, out: Path | None) -> int:
+    """The evidence of a checked gate written to ``out`` (when given); `gates check`'s exit
+    status for its verdict: 0 for PASS or PARTIAL, else findings."""
+    if out:
+        service.write_evidence(out, result.evidence)
+        print(f"evidence written to {out}")
     return exit_codes.OK if result.verdict in ("PASS", "PARTIAL") else exit_codes.FINDINGS
 
 
-def _mutant_verdict(gate_id: str, mutant_id: str, verdict: str) -> int:
+def mutant_verdict(gate_id: str, mutant_id: str, verdict: str) -> int:
     """Under a mutant, FAIL is the measurement catching the bug: exit 0; else findings."""
     if verdict == "FAIL":
         print(f"mutant {mutant_id}: caught ({gate_id} FAILs on it)")
@@ -140,8 +160,8 @@ def cmd_check_many(args: argparse.Namespace) -> int:
             if chosen:
                 measurer = measure.lookup(g.id, args.root or find_root(c.path))
                 timed = measurer is not None and measurer.timed
-                builds = measurer is not None and measurer.recipe is not None
-                jobs.append(checkrun.Job(g.id, c.path, timed=timed, builds=builds))
+                recipe = measurer.recipe.command if measurer and measurer.recipe else ()
+                jobs.append(checkrun.Job(g.id, c.path, timed=timed, recipe=recipe))
                 expected[g.id] = "PARTIAL" if g.status == "PARTIAL" else "PASS"
 
     def report(outcome: checkrun.Outcome) -> None:
@@ -215,7 +235,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
         allow_dirty=args.allow_dirty,
         command=recorded_command("gates", root),
     )
-    _print_check(result)
+    print_check(result)
     print(
         f"promoted {gate.id} to {args.to}: {contract.path} is now "
         f"{result.evidence['contract']['version']}, evidence "

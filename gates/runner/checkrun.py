@@ -7,8 +7,10 @@ less the validation its caller did once (gates.cli.check_one).
   side, ``@measures(..., timed=True)``) runs alone: nothing else holds a core while it times;
   the timed gates go first, one after the other, on a quiet machine;
 - every other gate runs ``jobs`` at a time, gates that build an artifact first (they take
-  longest); two gates on one recipe share its build (gates.provenance.recipes locks a build, so the
-  second finds the first's in the cache);
+  longest); gates on one recipe share its build: the first of them builds it, and the others
+  wait until that gate has ended, while other gates take their place (gates.provenance.recipes
+  would make a second one wait on the build's lock anyway, holding a worker idle: 70 s of a
+  `gates check --all` in CI);
 - a gate's output is held and printed whole when it ends, so runs side by side do not
   interleave their lines; the verdicts come back in the order the gates were given.
 
@@ -40,8 +42,13 @@ class Job:
     contract_path: Path
     #: Runs alone (it times the machine).
     timed: bool = False
-    #: Builds or reads an artifact (a recipe): started before the gates that do not.
-    builds: bool = False
+    #: The command of the recipe whose artifact it builds or reads; empty: none. Such jobs
+    #: start before the others, and jobs on one recipe share its build.
+    recipe: tuple[str, ...] = ()
+
+    @property
+    def builds(self) -> bool:
+        return bool(self.recipe)
 
 
 @dataclass(frozen=True)
@@ -89,10 +96,48 @@ def run_all(
 
         for job in timed:
             run(job, base)
-        with ThreadPoolExecutor(max_workers=parallel) as pool:
-            for future in [pool.submit(run, job, side_by_side) for job in rest]:
-                future.result()
+        _side_by_side(rest, lambda job: run(job, side_by_side), parallel)
     return [done[job.gate_id] for job in jobs]
+
+
+def _side_by_side(jobs: Sequence[Job], run: Callable[[Job], None], parallel: int) -> None:
+    """``run`` each job, ``parallel`` at a time, in order, except that a job on a recipe
+    whose first job is still running waits for it to end (the build is then in the cache)
+    and the next job that can run goes instead."""
+    first_on: dict[tuple[str, ...], str] = {}
+    for job in jobs:
+        if job.recipe:
+            first_on.setdefault(job.recipe, job.gate_id)
+    pending = list(jobs)
+    ended: set[str] = set()
+    changed = threading.Condition()
+
+    def can_start(job: Job) -> bool:
+        first = first_on.get(job.recipe)
+        return first is None or first == job.gate_id or first in ended
+
+    def take() -> Job | None:
+        with changed:
+            while pending:
+                ready = next((job for job in pending if can_start(job)), None)
+                if ready is not None:
+                    pending.remove(ready)
+                    return ready
+                changed.wait()  # every pending job waits on a running first job
+            return None
+
+    def worker() -> None:
+        while (job := take()) is not None:
+            try:
+                run(job)
+            finally:
+                with changed:
+                    ended.add(job.gate_id)
+                    changed.notify_all()
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        for future in [pool.submit(worker) for _ in range(min(parallel, len(jobs)))]:
+            future.result()
 
 
 def _run_one(job: Job, argv: list[str], evidence: Path, env: dict[str, str]) -> Outcome:

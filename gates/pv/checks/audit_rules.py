@@ -36,11 +36,12 @@ def _load(root: Path) -> dict | None:
         return None
     except OSError:  # a symlink loop: load_record says so
         return audit.load_record(path)
-    return _parse(path, st.st_size, st.st_mtime_ns, st.st_ino)
+    # the ctime too: a rewrite in place that keeps the size and sets the mtime back moves it
+    return _parse(path, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
 
 
 @cache
-def _parse(path: Path, size: int, mtime_ns: int, inode: int) -> dict:
+def _parse(path: Path, size: int, mtime_ns: int, inode: int, ctime_ns: int) -> dict:
     return audit.load_record(path)
 
 

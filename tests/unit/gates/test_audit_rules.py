@@ -5,6 +5,7 @@ unreadable audit is AUDIT-INVALID; a fresh, all-killed audit gives no finding.""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -94,6 +95,24 @@ def test_a_surviving_mutant_is_an_error_at_its_line(project):
     assert rule == "AUDIT-NOT-OK" and "marker-dropped" in message and "survived" in message
     text = (project / CONTRACT).read_text().splitlines()
     assert "id: marker-dropped" in text[line - 1]
+
+
+def test_an_audit_rewritten_in_place_at_its_old_size_and_mtime_is_read_again(project):
+    """pv parses the audit once per file version, known by what stat says of it: a rewrite
+    in place, padded to the old size and its mtime set back, is still a new version."""
+    path = project / audit.AUDIT_EVIDENCE
+    write_audit(project, survived="marker-dropped")
+    survived = path.read_text()
+    write_audit(project)
+    healthy = path.read_text()
+    width = max(len(survived), len(healthy))  # JSON allows trailing blanks
+    path.write_text(healthy.ljust(width))
+    assert findings(project) == []  # parsed and cached
+    before = path.stat()
+    path.write_text(survived.ljust(width))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_ino) == (before.st_size, before.st_ino)
+    assert [rule for rule, _, _ in findings(project)] == ["AUDIT-NOT-OK"]
 
 
 def test_a_changed_source_makes_the_audit_stale_and_reverting_makes_it_fresh(project):

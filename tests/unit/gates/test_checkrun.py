@@ -114,13 +114,34 @@ def test_a_timed_gate_keeps_the_callers_environment(tmp_path):
 def test_builders_start_before_the_rest_and_timed_ones_first():
     jobs = [
         checkrun.Job("A", Path("c")),
-        checkrun.Job("B", Path("c"), builds=True),
+        checkrun.Job("B", Path("c"), recipe=("python", "make_b.py")),
         checkrun.Job("T", Path("c"), timed=True),
-        checkrun.Job("C", Path("c"), builds=True),
+        checkrun.Job("C", Path("c"), recipe=("python", "make_c.py")),
     ]
     timed, rest = checkrun.order(jobs)
     assert [j.gate_id for j in timed] == ["T"]
     assert [j.gate_id for j in rest] == ["B", "C", "A"]
+
+
+def test_gates_on_one_recipe_wait_for_the_first_while_other_gates_run(tmp_path):
+    """The first gate on a recipe builds its artifact; another gate on it starts once that
+    one has ended (it then reads the build from the cache), not beside it waiting on the
+    build's lock with a worker idle: a gate on no recipe takes the free worker meanwhile."""
+    recipe = ("python", "make_artifact.py", "--out", "{out}")
+    command, log = _command(tmp_path, {"G-BUILDS": 1.2}, {})
+    jobs = [
+        checkrun.Job("G-BUILDS", Path("c.yaml"), recipe=recipe),
+        checkrun.Job("G-READS", Path("c.yaml"), recipe=recipe),
+        checkrun.Job("G-OTHER-RECIPE", Path("c.yaml"), recipe=("python", "other.py")),
+        checkrun.Job("G-A", Path("c.yaml")),
+        checkrun.Job("G-B", Path("c.yaml")),
+    ]
+    outcomes = checkrun.run_all(jobs, command, parallel=2, report=lambda o: None)
+    ran = _intervals(log)
+    assert ran["G-READS"][0] >= ran["G-BUILDS"][1], ran
+    beside = [g for g in ("G-OTHER-RECIPE", "G-A", "G-B") if _overlap(ran[g], ran["G-BUILDS"])]
+    assert beside, f"nothing ran beside the build: {ran}"
+    assert [o.verdict for o in outcomes] == ["PASS"] * 5
 
 
 def test_parallel_must_be_positive():

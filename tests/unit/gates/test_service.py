@@ -3,6 +3,7 @@ it, write its evidence) that the CLI, a promotion and the trainer's pipeline sha
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -159,7 +160,8 @@ def test_several_bound_tests_run_in_forks_and_report_what_fresh_processes_report
     results = {}
     for how in ("forked", "fresh"):
         if how == "fresh":
-            monkeypatch.setattr(check, "_warm_interpreter", lambda root, gate: None)
+            no_warm = lambda root, gate: contextlib.nullcontext()  # noqa: E731
+            monkeypatch.setattr(check, "_warm_interpreter", no_warm)
         results[how] = service.check_gate(c, gate, [lines(root, 5)], command=["gates", "check"])
     assert forked_runs == [True, True, False, False]
     forked, fresh = (results[k].evidence for k in ("forked", "fresh"))

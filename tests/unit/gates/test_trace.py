@@ -246,6 +246,23 @@ def test_stale_sources_names_changed_and_gone_files_and_evidence_without_sources
     assert freshness.stale_sources(repo, directory) == [("pkg", "gone")]
 
 
+def test_an_edit_that_keeps_the_size_and_puts_the_mtime_back_is_still_stale(repo: Path):
+    """freshness caches each file's digest by what stat says of it: an edit of the same size
+    whose mtime is set back to the old one (``touch -r``, an mtime-keeping copy or unpack)
+    must not be served the digest from before it, in the same process."""
+    recorded = trace.sources(repo, {str(repo / "read.txt")})
+    ev = evidence_with(recorded)
+    assert freshness.stale_sources(repo, ev) == []  # the digest is now cached
+    before = os.stat(repo / "read.txt")
+    text = (repo / "read.txt").read_text()
+    (repo / "read.txt").write_text(text.upper())  # same size, other bytes
+    os.utime(repo / "read.txt", ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(repo / "read.txt").st_size == before.st_size
+    assert freshness.stale_sources(repo, ev) == [("read.txt", "changed")]
+    (repo / "read.txt").write_text(text)
+    assert freshness.stale_sources(repo, ev) == []
+
+
 def test_distributions_names_what_a_child_imported_from_site_packages(repo: Path):
     """A build recording (installed=True) hears its children's imports of installed
     distributions, at the versions installed; a recording without it hears only the project."""

@@ -125,3 +125,7 @@ if __name__ == "__main__":
         run_all(given["runs"], target)
     else:
         run(given, target)
+    # Said on the way out, so a rank that dies after it died at exit, not mid-run (a gloo
+    # abort at interpreter exit has failed a CI run: distributed_support.run_child).
+    rank = os.environ.get("RANK", "0")
+    print(f"distributed_child: rank {rank} finished, process group left", file=sys.stderr)

@@ -58,10 +58,18 @@ def run_child(out: Path, spec: dict, *, nproc: int | None) -> dict:
         timeout=TIMEOUT_S,
         check=False,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, _progress(out, spec) + done.stdout[-3000:] + done.stderr[-3000:]
     if "runs" in spec:
         return {name: read_result(out / name) for name in spec["runs"]}
     return read_result(out)
+
+
+def _progress(out: Path, spec: dict) -> str:
+    """How far a failed launch got: the runs whose result.json rank 0 wrote (each rank says
+    on stderr when it has finished and left the process group)."""
+    names = list(spec["runs"]) if "runs" in spec else [""]
+    written = [name or "result.json" for name in names if (out / name / "result.json").exists()]
+    return f"result.json written for: {', '.join(written) or 'none'} of {len(names)}\n"
 
 
 def read_result(out: Path) -> dict:

@@ -36,12 +36,11 @@ def _load(root: Path) -> dict | None:
         return None
     except OSError:  # a symlink loop: load_record says so
         return audit.load_record(path)
-    # the ctime too: a rewrite in place that keeps the size and sets the mtime back moves it
-    return _parse(path, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+    return _parse(path, freshness.file_version(st))
 
 
 @cache
-def _parse(path: Path, size: int, mtime_ns: int, inode: int, ctime_ns: int) -> dict:
+def _parse(path: Path, version: tuple[int, ...]) -> dict:
     return audit.load_record(path)
 
 

@@ -17,14 +17,17 @@ while written (since format 3, each range's sha256 once, on every core), so
 first, so a load that restores nothing is caught): it verifies the size, sha256 and contents
 of every file before restoring anything, as a resume does, then restores weights, AdamW state
 and RNGs. The verification (``load_hash_s``) is the load's one read of the files: in
-parallel, each hashed over a private (copy-on-write) mapping of it while the kernel reads
-ahead, and the tensors are then built over those same mappings; the weights are copied into
-the model and the AdamW state into the process's own memory. (Until 2026-11-28 the AdamW
-state stayed on the mapping: the loader returned sooner, and the first optimizer step after
-a resume paid a copy-on-write fault for every page, 7-8 s for the 370M on the development
-VM, which a read touch did not show.) Whatever a load leaves for the first step is measured
-right after each load by writing one element of every page (``load_first_touch_s``),
-reported beside load_s and added to it in ``load_plus_first_touch``.
+parallel, each read into the process's own memory (directly from the device, O_DIRECT,
+where the file system allows it) and each range hashed there on every core as it arrives;
+the tensors are then built over those same bytes and the weights copied into the model
+(issue 35: until 2026-11-30 the files were hashed
+over private mappings and the AdamW state then copied into own memory, about 1 s at 370M;
+until 2026-11-28 it stayed on the mapping: the loader returned sooner, and the first
+optimizer step after a resume paid a copy-on-write fault for every page, 7-8 s for the
+370M on the development VM, which a read touch did not show). Whatever a load leaves for
+the first step is measured right after each load by writing one element of every page
+(``load_first_touch_s``), reported beside load_s and added to it in
+``load_plus_first_touch``.
 "raw" is one file of exactly the checkpoint's byte count in the same directory, holding
 the same weight and AdamW bytes (a storage layer that compresses or deduplicates treats both
 sides alike): written with sequential write() calls of ``--write-chunk-kib`` and fsynced,
@@ -796,10 +799,12 @@ def run_benchmark(
             "parallel, the sha256 of each range of each file hashed as it is read on "
             f"{verify.HASHERS} threads (checkpoint format 3, ranges of "
             f"{manifest.RANGE_BYTES // MIB} MiB); size, per-range sha256 and content checks of "
-            "every file before anything is restored; weights (copied into the model), "
-            "AdamW state (tensors over the private mapping of optimizer.safetensors that "
-            "was hashed) and RNGs restored into zeroed tensors; the mapped AdamW tensors' "
-            "deferred page faults are load_first_touch, apart",
+            "every file before anything is restored, each file read into the process's "
+            "own memory (O_DIRECT where the file system allows it) and hashed there; "
+            "weights (copied into the model), "
+            "AdamW state (tensors over the very bytes of optimizer.safetensors that were "
+            "read and hashed, no copy) and RNGs restored into zeroed tensors; what a first "
+            "write of every page costs after the load is load_first_touch, apart",
             "sha256_included": {"save": True, "load": True},
             "raw": "one file of checkpoint_bytes holding the same weight and AdamW bytes: "
             f"sequential {write_chunk_kib} KiB write() calls + fsync; sequential "
@@ -834,8 +839,8 @@ def run_benchmark(
             "while writing; it hashes only a file whose writer returned none); "
             "save_optimizer_copy_s: optimizer_tensors (names the optimizer's own tensors, "
             "no copy); load_hash_s: verify_checkpoint inside the load, the load's one cold "
-            "read of every file with its sha256 (over a mapping of each file, which the "
-            "load then builds its tensors over)",
+            "read of every file with its sha256 (each range read into the process's own "
+            "memory and hashed there, which the load then builds its tensors over)",
         },
         "bound": bounds(rounds, hashing),
         "warm_up": warm_up,

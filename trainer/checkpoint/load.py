@@ -8,10 +8,10 @@ Nothing is loaded before verify_checkpoint passes: sizes and sha256 of every fil
 stranger files, the expected architecture. The files hold full (unsharded) tensors; a
 sharded model checks them like any other and ``loaders`` keep its shard of each.
 
-Each file is read from disk once (issue 21): the verification reads and hashes every file
-in parallel and keeps the model and optimizer files it verified open as private mappings
-(``keep=LOADED``, trainer/checkpoint/verify.py); the tensors are built over those mappings,
-whose pages the verifying read left in the page cache, not read again. A resume verifies
+Each file is read from disk once (issues 21, 35): the verification reads and hashes every
+file in parallel and keeps the model and optimizer files it verified in the process's own
+memory (``keep=LOADED``, trainer/checkpoint/verify.py); the tensors are built over those
+bytes, not read or copied again (the weights are copied into the model). A resume verifies
 once: ``latest_verified`` hands the verification of the checkpoint it chose to read_state
 and load_checkpoint (``verified``).
 """
@@ -128,7 +128,8 @@ def _usable(verified: Inspection | None, path: Path) -> bool:
 
 
 def _tensors_from(contents: torch.Tensor, path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of the safetensors file ``contents`` (verified, mapped), as views of it."""
+    """The tensors of the safetensors file ``contents`` (verified), as views of it: the
+    AdamW state lives on in the very memory the verification read the file into."""
     data = contents.numpy()
     try:
         (n,) = struct.unpack("<Q", data[:8].tobytes())
@@ -156,25 +157,14 @@ def _tensors_from(contents: torch.Tensor, path: Path) -> dict[str, torch.Tensor]
 
 
 def _verified_tensors(verified: Inspection, path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of file ``path`` over its verified mapping (read again if not kept)."""
+    """The tensors of file ``path`` over its verified bytes (read again if not kept)."""
     contents = verified.contents(path.name)
     if contents is None:
         return _read_tensors(path)
-    for verdict in verified.files:  # handed over: the tensors hold the mapping from now on
+    for verdict in verified.files:  # handed over: the tensors hold the bytes from now on
         if verdict.name == path.name:
             verdict.contents = None
     return _tensors_from(contents, path)
-
-
-def _in_own_memory(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Copies of ``tensors`` in the process's own memory, not views of a file mapping.
-
-    Every optimizer step writes the AdamW moments in place. Left on the private
-    (copy-on-write) mapping the verification hashed, the first step after a resume copied
-    each 4 KiB page on its own fault: 7-8 s for the 370M's 3 GB on the development VM,
-    against about 1 s for this copy (tools/bench_checkpoint.py's first write measures what
-    is left). The copy is of verified bytes: nothing is restored before every file passed."""
-    return {name: t.clone(memory_format=torch.contiguous_format) for name, t in tensors.items()}
 
 
 def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
@@ -246,7 +236,7 @@ def load_checkpoint(
         optimizer_state.restore_optimizer(
             model,
             optimizer,
-            _in_own_memory(_verified_tensors(verified, path / OPTIMIZER_FILE)),
+            _verified_tensors(verified, path / OPTIMIZER_FILE),
             state.optimizer_groups,
             source=str(path / OPTIMIZER_FILE),
             load=None if loaders is None else loaders.optimizer,

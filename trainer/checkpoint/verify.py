@@ -17,22 +17,25 @@ architecture is the expected one. A checkpoint whose hashes agree with damaged c
 (written by hand, or by another program) is refused here, so a resume falls back past it
 instead of failing mid-load.
 
-Speed (issues 21, 35): the files are read and hashed in parallel, each over a mapping of it
-while the kernel is asked to read ahead; a format 2 or 3 file's ranges are hashed on every core
-(HASHERS threads), so one large file is not one core's sha256 stream; and a
-loader asks to ``keep`` the files it needs (``inspect_checkpoint(..., keep=LOADED)``):
-each is read from disk once, and the load builds its tensors over the private mapping
-of the very file it hashed (opened once), not by reading it again
-(trainer/checkpoint/load.py).
+Speed (issues 21, 35): the files are read and hashed in parallel; a format 2 or 3 file's
+ranges are hashed on every core (HASHERS threads) as they are read, so one large file is not
+one core's sha256 stream; and a loader asks to ``keep`` the files it needs
+(``inspect_checkpoint(..., keep=LOADED)``): each is read once, into the process's own memory
+(directly from the device where the file system allows it, _KeptReader), and the load builds
+its tensors over the very bytes that were hashed, neither reading nor copying them again
+(trainer/checkpoint/load.py). Nothing is mapped: a file truncated while it is read is a short
+read, refused by its size, never a SIGBUS.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
 import mmap
 import os
+import queue
 import random
 import re
 import threading
@@ -74,7 +77,7 @@ class FileVerdict:
     reason: str  # "ok", or what is wrong
     size: int | None = None
     sha256: str | None = None
-    # The verified file, mapped (verify._mapped), when the caller asked to keep it (a load).
+    # The verified file's bytes in the process's memory, when the caller asked to keep it.
     contents: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -116,48 +119,225 @@ class Inspection:
         }
 
 
-#: Bytes hashed per piece of a file being verified, and read ahead per request.
+#: Bytes read and hashed per piece of a format 1 file (one sha256 stream).
 READ_CHUNK = 64 * 1024 * 1024
+#: Bytes per pread: a file is read in order, in pieces of this size (the disk's read-ahead
+#: window here; 16 and 64 MiB pieces read slower, 2 MiB much slower, on the development VM).
+READ_PIECE = 8 * 1024 * 1024
 #: Files read (and hashed) at once.
 READERS = 4
-#: Pieces asked from the disk ahead of the hashing.
-_AHEAD = 4
+#: Ranges (format 1: chunks) asked from the disk ahead of the one being read.
+_AHEAD = 2
 #: Per file being verified, set by _verdicts (a thread-local so that _file_verdict keeps its
 #: (path, entry) form): ``keep``, whether the verdict keeps the bytes it hashed, and
 #: ``hashers``, the pool its ranges are hashed on.
 _reading = threading.local()
 
 
-def _hash_mapped(fd: int, area: mmap.mmap, size: int, digest: Any) -> None:
-    """Feed the ``size`` bytes of ``area`` (a mapping of the file open on ``fd``) to
-    ``digest`` in READ_CHUNK pieces, while a second thread asks the kernel to read the
-    next pieces from disk (POSIX_FADV_WILLNEED, at most _AHEAD chunks ahead): hashing
-    over the mapping copies nothing, and the disk streams while the CPU hashes (hashlib
-    releases the GIL)."""
-    ahead = threading.Semaphore(_AHEAD)
-    stop = threading.Event()
+class _ShortReadError(Exception):
+    """The file ended before its size: truncated while it was read."""
 
-    def prefetch() -> None:
-        if not hasattr(os, "posix_fadvise"):
-            return  # the page faults read the file, with the kernel's own read-ahead
-        for offset in range(0, size, READ_CHUNK):
-            while not ahead.acquire(timeout=0.1):
-                if stop.is_set():
-                    return
-            if stop.is_set():
-                return
-            os.posix_fadvise(fd, offset, min(READ_CHUNK, size - offset), os.POSIX_FADV_WILLNEED)
 
-    fetcher = threading.Thread(target=prefetch, name="verify-prefetch", daemon=True)
-    fetcher.start()
+def _own_memory(size: int) -> torch.Tensor:
+    """``size`` bytes of the process's own (anonymous, private) memory, as a uint8 tensor."""
+    area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return torch.frombuffer(area, dtype=torch.uint8)  # the tensor keeps the memory alive
+
+
+class _SpareBuffers:
+    """Buffers for the ranges in flight of a file that is not kept: the reader takes one
+    (waiting while ``count`` are being hashed), a hasher gives it back once hashed."""
+
+    def __init__(self, size: int, count: int) -> None:
+        self._size, self._count, self._made = size, count, 0
+        self._free: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
+
+    def take(self, length: int) -> memoryview:
+        try:
+            buffer = self._free.get_nowait()
+        except queue.Empty:
+            if self._made < self._count:
+                self._made += 1
+                buffer = bytearray(self._size)
+            else:
+                buffer = self._free.get()
+        return memoryview(buffer)[:length]
+
+    def give(self, view: memoryview) -> None:
+        self._free.put(view.obj)
+
+
+def _read_exactly(fd: int, view: memoryview, offset: int) -> None:
+    """Fill ``view`` with the file's bytes from ``offset``, READ_PIECE bytes a pread;
+    _ShortReadError if the file ends first."""
+    done = 0
+    while done < len(view):
+        n = os.preadv(fd, [view[done : done + READ_PIECE]], offset + done)
+        if n == 0:
+            raise _ShortReadError
+        done += n
+
+
+def _read_ahead(fd: int, offset: int, length: int) -> None:
+    """Ask the kernel to start reading these bytes from disk now (POSIX_FADV_WILLNEED), so
+    the disk streams while the bytes before them are copied and hashed."""
+    if length > 0 and hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
+
+
+def _hash_stream(fd: int, size: int) -> str:
+    """The sha256 of the file's ``size`` bytes (format 1: one stream), read in READ_CHUNK
+    pieces into one buffer, the disk asked _AHEAD pieces ahead."""
+    digest = hashlib.sha256()
+    buffer = memoryview(bytearray(min(size, READ_CHUNK)))
+    _read_ahead(fd, 0, min(size, _AHEAD * READ_CHUNK))
+    for start in range(0, size, READ_CHUNK):
+        ahead = start + _AHEAD * READ_CHUNK
+        _read_ahead(fd, ahead, min(READ_CHUNK, size - ahead))
+        view = buffer[: min(READ_CHUNK, size - start)]
+        _read_exactly(fd, view, start)
+        digest.update(view)
+    return digest.hexdigest()
+
+
+def _hash_ranges(fd: int, size: int, range_bytes: int, hashers: ThreadPoolExecutor) -> list[str]:
+    """The sha256 of every ``range_bytes`` range of the file: the digests a format 2 or 3
+    manifest lists. The file is read in order (one stream for the disk, asked _AHEAD ranges
+    ahead), each range into a spare buffer, and each range read is hashed on one of
+    ``hashers`` while the next is read: every core hashes at once."""
+    spare = _SpareBuffers(range_bytes, HASHERS + 1)
+
+    def digest(view: memoryview) -> str:
+        try:
+            return _sha256(view)
+        finally:
+            spare.give(view)
+
+    jobs = []
     try:
-        with memoryview(area) as whole:
-            for offset in range(0, size, READ_CHUNK):
-                digest.update(whole[offset : offset + READ_CHUNK])
-                ahead.release()
+        _read_ahead(fd, 0, min(size, _AHEAD * range_bytes))
+        for start in range(0, max(size, 1), range_bytes):
+            ahead = start + _AHEAD * range_bytes
+            _read_ahead(fd, ahead, min(range_bytes, size - ahead))
+            view = spare.take(min(range_bytes, size - start))
+            _read_exactly(fd, view, start)
+            jobs.append(hashers.submit(digest, view))
+        return [job.result() for job in jobs]
     finally:
-        stop.set()
-        fetcher.join()
+        for job in jobs:  # none still hashing when the caller goes on (or gives up)
+            job.cancel()
+        for job in jobs:
+            if not job.cancelled():
+                job.exception()
+
+
+#: Reads in flight for a kept file: a direct read waits on the device, so several at once
+#: keep its queue full (one at a time read at half the speed on the development VM).
+KEPT_READERS = 4
+#: Direct reads (O_DIRECT) need offsets, lengths and memory aligned to the device's block;
+#: 4 KiB covers the usual 512-byte and 4 KiB ones (an unaligned tail is read buffered).
+_DIRECT_ALIGN = 4096
+
+
+class _KeptReader:
+    """A kept file read into ``into`` (own memory) in READ_PIECE pieces on KEPT_READERS
+    threads, directly from the device (O_DIRECT) where the file system allows it.
+
+    Why direct: a load needs the bytes in memory it owns (the AdamW state is written in
+    place). Read through the page cache, every byte took two fresh pages — the cache's and
+    ours — and the faults on fresh memory were most of the load on the development VM (a
+    370M verification 5.5-9 s against 2.4-2.6 s over mappings); read directly, the device
+    writes into our pages and the page cache is not touched. Buffered ``pread`` is the
+    fallback (a file system without O_DIRECT, a tail shorter than a block)."""
+
+    def __init__(self, fd: int, into: memoryview, size: int) -> None:
+        self._fd, self._into, self._size = fd, into, size
+        self._direct = _open_direct(fd)
+        self._pool = ThreadPoolExecutor(KEPT_READERS, "verify-read")
+        self._pieces = [
+            (start, self._pool.submit(self._read, start, min(READ_PIECE, size - start)))
+            for start in range(0, size, READ_PIECE)
+        ]
+        self._done = 0  # pieces known read
+
+    def _read(self, start: int, length: int) -> None:
+        view = self._into[start : start + length]
+        if self._direct is not None and length % _DIRECT_ALIGN == 0:
+            try:
+                got = os.preadv(self._direct, [view], start)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                got = 0  # alignment this device does not take: buffered
+            if got == length:
+                return
+            view, start = view[got:], start + got
+        _read_exactly(self._fd, view, start)
+
+    def wait_until(self, end: int) -> None:
+        """Return once every byte before ``end`` is read (_ShortReadError: the file ended)."""
+        while self._done < len(self._pieces) and self._pieces[self._done][0] < end:
+            self._pieces[self._done][1].result()
+            self._done += 1
+
+    def close(self) -> None:
+        for _, job in self._pieces:
+            job.cancel()
+        self._pool.shutdown(wait=True)  # no piece is still being read into ``into``
+        if self._direct is not None:
+            os.close(self._direct)
+
+
+def _open_direct(fd: int) -> int | None:
+    """A second descriptor of the file open on ``fd``, for direct reads: reopened through
+    /proc/self/fd (the very file, whatever was renamed over its path since) and checked to
+    be it. None where there is none: no O_DIRECT or /proc, or a file system that refuses
+    direct reads (tmpfs)."""
+    if not hasattr(os, "O_DIRECT"):
+        return None
+    try:
+        direct = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_DIRECT | os.O_CLOEXEC)
+    except OSError:
+        return None
+    opened, wanted = os.fstat(direct), os.fstat(fd)
+    if (opened.st_dev, opened.st_ino) != (wanted.st_dev, wanted.st_ino):
+        os.close(direct)
+        return None
+    return direct
+
+
+def _hash_kept(
+    fd: int, size: int, range_bytes: int | None, hashers: ThreadPoolExecutor
+) -> tuple[list[str], torch.Tensor]:
+    """(digests, the file in own memory) of a kept file: read by a _KeptReader, each range
+    hashed on ``hashers`` as soon as its bytes are in (format 1: one stream, fed in order)."""
+    contents = _own_memory(size)
+    into = memoryview(contents.numpy())
+    reader = _KeptReader(fd, into, size)
+    jobs = []
+    try:
+        if range_bytes is None:
+            digest = hashlib.sha256()
+            for start in range(0, size, READ_PIECE):
+                reader.wait_until(start + 1)
+                digest.update(into[start : start + READ_PIECE])
+            return [digest.hexdigest()], contents
+        for start in range(0, size, range_bytes):
+            end = min(start + range_bytes, size)
+            reader.wait_until(end)
+            jobs.append(hashers.submit(_sha256, into[start:end]))
+        return [job.result() for job in jobs], contents
+    finally:
+        for job in jobs:
+            job.cancel()
+        for job in jobs:
+            if not job.cancelled():
+                job.exception()
+        reader.close()
+
+
+def _sha256(view: memoryview) -> str:
+    return hashlib.sha256(view).hexdigest()
 
 
 def _regular_size(path: Path) -> int:
@@ -179,52 +359,17 @@ def _what_is_there(exc: OSError) -> str:
     return f"cannot be read: {exc.strerror or exc}"
 
 
-def _hash_ranges(
-    fd: int, area: mmap.mmap, size: int, range_bytes: int, hashers: ThreadPoolExecutor
-) -> list[str]:
-    """The sha256 of every ``range_bytes`` range of ``area`` (a mapping of the ``size``
-    bytes of the file open on ``fd``), hashed on ``hashers`` in file order, every core at
-    once: the digests a format 2 or 3 manifest lists. Each range, as it starts, asks the kernel
-    to read the one _AHEAD ranges further (POSIX_FADV_WILLNEED), so the disk streams ahead
-    of the hashing; the page faults read whatever it has not."""
-    starts = range(0, max(size, 1), range_bytes)
-
-    def prefetch(index: int) -> None:
-        if hasattr(os, "posix_fadvise") and index < len(starts):
-            start = starts[index]
-            os.posix_fadvise(fd, start, min(range_bytes, size - start), os.POSIX_FADV_WILLNEED)
-
-    with memoryview(area) as whole:
-
-        def digest(index: int) -> str:
-            prefetch(index + _AHEAD)
-            start = starts[index]
-            return hashlib.sha256(whole[start : start + range_bytes]).hexdigest()
-
-        for index in range(min(_AHEAD, len(starts))):
-            prefetch(index)
-        jobs = [hashers.submit(digest, index) for index in range(len(starts))]
-        try:
-            return [job.result() for job in jobs]
-        finally:
-            for job in jobs:  # no range is still being read when the mapping is released
-                job.cancel()
-            for job in jobs:
-                if not job.cancelled():
-                    job.exception()
-
-
 def _read_hashed(
     path: Path, size: int, keep: bool, range_bytes: int | None = None
 ) -> tuple[list[str], int, torch.Tensor | None]:
-    """(digests, size found, the verified file when ``keep``) of ``path``, read from disk
-    once, over a private (copy-on-write) mapping of it. The digests: the sha256 of each
-    ``range_bytes`` range, hashed on every core (_hash_ranges, formats 2 and 3), or with
-    ``range_bytes`` None the whole file's, one stream (_hash_mapped, format 1). When kept,
-    that mapping is what the load builds its tensors over: the very pages hashed, from the
-    descriptor opened here (a file renamed over the path meanwhile is not the one loaded),
-    no second read and no fresh memory (on a VM a 4 KiB anonymous page fault costs about
-    1 s per GB; these faults map pages the page cache holds)."""
+    """(digests, size found, the verified file when ``keep``) of ``path``, read once: the
+    sha256 of each ``range_bytes`` range, hashed on every core (formats 2 and 3), or with
+    ``range_bytes`` None the whole file's, one stream (format 1). A kept file is read into
+    the process's own memory (_hash_kept) and the load builds its tensors over it (issue
+    35): the very bytes hashed, from the descriptor opened here (a file renamed over the
+    path meanwhile is not the one loaded), no second read, no copy, writable in place (an
+    optimizer step writes the AdamW moments). Others are read through a few reused buffers
+    (_hash_ranges, _hash_stream)."""
     fd = open_regular(path)  # a FIFO put in the file's place: refused, never waited on
     try:
         found = os.fstat(fd).st_size
@@ -233,22 +378,20 @@ def _read_hashed(
         if size == 0:
             empty = [hashlib.sha256().hexdigest()]
             return empty, 0, torch.empty(0, dtype=torch.uint8) if keep else None
-        area = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        contents = None
         try:
-            if range_bytes is None:
-                digest = hashlib.sha256()
-                _hash_mapped(fd, area, size, digest)
-                digests = [digest.hexdigest()]
+            if keep:
+                digests, contents = _hash_kept(fd, size, range_bytes, _reading.hashers)
+            elif range_bytes is None:
+                digests = [_hash_stream(fd, size)]
             else:
-                digests = _hash_ranges(fd, area, size, range_bytes, _reading.hashers)
-            found = os.fstat(fd).st_size  # grown or truncated meanwhile: refused
-        except BaseException:
-            area.close()
-            raise
-        if not keep or found != size:
-            area.close()
+                digests = _hash_ranges(fd, size, range_bytes, _reading.hashers)
+        except _ShortReadError:
+            return [], os.fstat(fd).st_size, None
+        found = os.fstat(fd).st_size  # grown or truncated meanwhile: refused
+        if contents is None or found != size:
             return digests, found, None
-        return digests, found, torch.frombuffer(area, dtype=torch.uint8)
+        return digests, found, contents
     finally:
         os.close(fd)
 
@@ -590,7 +733,7 @@ def inspect_checkpoint(
 ) -> Inspection:
     """Every verdict on ``path``; ``Inspection.valid`` is True only when nothing is wrong.
 
-    ``keep``: names of files the verdicts keep (``contents``: the verified file, mapped)
+    ``keep``: names of files the verdicts keep (``contents``: the verified bytes)
     when the whole checkpoint is valid, for a load to build its tensors over; dropped
     otherwise."""
     path = Path(path)

@@ -205,7 +205,7 @@ def _hash_ranges(fd: int, size: int, range_bytes: int, hashers: ThreadPoolExecut
     manifest lists. The file is read in order (one stream for the disk, asked _AHEAD ranges
     ahead), each range into a spare buffer, and each range read is hashed on one of
     ``hashers`` while the next is read: every core hashes at once."""
-    spare = _SpareBuffers(range_bytes, HASHERS + 1)
+    spare = _SpareBuffers(min(range_bytes, max(size, 1)), HASHERS + 1)  # a small file: small
 
     def digest(view: memoryview) -> str:
         try:
@@ -253,10 +253,12 @@ class _KeptReader:
     def __init__(self, fd: int, into: memoryview, size: int) -> None:
         self._fd, self._into, self._size = fd, into, size
         self._direct = _open_direct(fd)
-        self._pool = ThreadPoolExecutor(KEPT_READERS, "verify-read")
+        starts = range(0, size, READ_PIECE)
+        # As many readers as pieces, at most KEPT_READERS (a small file: one).
+        self._pool = ThreadPoolExecutor(min(KEPT_READERS, len(starts)), "verify-read")
         self._pieces = [
             (start, self._pool.submit(self._read, start, min(READ_PIECE, size - start)))
-            for start in range(0, size, READ_PIECE)
+            for start in starts
         ]
         self._done = 0  # pieces known read
 

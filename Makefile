@@ -32,7 +32,10 @@ venv: $(STAMP)
 # trainer/pyproject.toml), both editable and in one resolve. The Trainer pack
 # (examples/hf-trainer, a distribution of its own) goes in editable and without its
 # dependencies: the `dev` extra holds them, and its "shipgate" is this repository.
-$(STAMP): pyproject.toml trainer/pyproject.toml examples/hf-trainer/pyproject.toml
+# trainer/setup.py compiles the BPE merge loop (trainer/tokenizer/_merge_loop.c, a C compiler
+# is needed); an edit to it rebuilds the venv's install, so the module matches its source.
+$(STAMP): pyproject.toml trainer/pyproject.toml trainer/setup.py trainer/tokenizer/_merge_loop.c \
+          examples/hf-trainer/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(TORCH_PIP_ARGS) '$(TORCH_SPEC)'
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' -e trainer

@@ -8,9 +8,11 @@ its own, never from one beside or above it, in a function body too; each subpack
 commands.py (its `trainer` subcommand) obeys the same rule, and only cli.py gathers them
 all (tests/unit/test_layers.py holds the graph to this list):
 
-1. exit_codes, runfiles, terminal, userfiles - the command line's exit statuses; a run's
-   files, their names and how each is written; what reaches the terminal (the "trainer"
-   logger's handler); how a file a user names is read, and a directory checked for writing
+1. exit_codes, runfiles, terminal, userfiles, setup - the command line's exit statuses; a
+   run's files, their names and how each is written; what reaches the terminal (the
+   "trainer" logger's handler); how a file a user names is read, and a directory checked for
+   writing; setup.py, the build's script (it compiles tokenizer/_merge_loop.c), which only
+   the build backend runs
 2. tokenizer - byte-level BPE and the corpus it reads
 3. model, data - the Llama model and its weight files; token shards from a corpus
 4. config, checkpoint - run configs (schema, step algebra, LR schedule); checkpoints

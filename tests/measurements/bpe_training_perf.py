@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import io
+import itertools
 import json
 import os
 import random
@@ -83,18 +84,26 @@ def parity_with_hf(ctx: GateContext) -> Measurement:
         cases.append((text, 1 + alphabet + rng.randint(0, 400), rng.randint(0, 3)))
     for text, vocab_size, min_frequency in cases:
         hf_vocab, hf_merges = _hf_merges(text, vocab_size, min_frequency)
-        ours = bpe.train_fast(
-            count_words([text]), vocab_size=vocab_size, min_frequency=min_frequency
-        )
-        checked += len(hf_merges)
-        # The vocabulary apart: ids can differ with every merge equal (specials placed last).
-        vocab_mismatches += list(ours.vocab) != hf_vocab
-        if list(ours.merges) != hf_merges:
-            diff = next(
-                (i for i, (a, b) in enumerate(zip(ours.merges, hf_merges, strict=False)) if a != b),
-                min(len(ours.merges), len(hf_merges)),
+        for engine in bpe.ENGINES:
+            ours = bpe.train_fast(
+                count_words([text]),
+                vocab_size=vocab_size,
+                min_frequency=min_frequency,
+                engine=engine,
             )
-            mismatches += max(len(hf_merges), len(ours.merges)) - diff
+            checked += len(hf_merges)
+            # The vocabulary apart: ids can differ with every merge equal (specials last).
+            vocab_mismatches += list(ours.vocab) != hf_vocab
+            if list(ours.merges) != hf_merges:
+                diff = next(
+                    (
+                        i
+                        for i, (x, y) in enumerate(zip(ours.merges, hf_merges, strict=False))
+                        if x != y
+                    ),
+                    min(len(ours.merges), len(hf_merges)),
+                )
+                mismatches += max(len(hf_merges), len(ours.merges)) - diff
     return Measurement(
         values={
             "merge_mismatches": (mismatches, "merges"),
@@ -102,21 +111,22 @@ def parity_with_hf(ctx: GateContext) -> Measurement:
             "merges_checked": (checked, "merges"),
             "corpora": (len(cases), "corpora"),
         },
-        workload=f"train_fast vs HF tokenizers BpeTrainer on {len(PARITY_CORPORA)} standard-"
-        f"library slices {PARITY_CORPORA} (modules, V, f) and {len(ADVERSARIAL_SEEDS)} "
-        "seeded adversarial corpora; merges counted from the first difference, and corpora "
-        "whose vocabulary (token → id, special tokens included) differs",
+        workload=f"train_fast, each merge loop ({', '.join(bpe.ENGINES)}), vs HF tokenizers "
+        f"BpeTrainer on {len(PARITY_CORPORA)} standard-library slices {PARITY_CORPORA} "
+        f"(modules, V, f) and {len(ADVERSARIAL_SEEDS)} seeded adversarial corpora; merges "
+        "counted from the first difference, and corpora (per loop) whose vocabulary (token → "
+        "id, special tokens included) differs",
         inputs=inputs,
     )
 
 
 _DIGEST = """
-import glob, hashlib, os, sysconfig
+import glob, hashlib, os, sys, sysconfig
 from trainer.tokenizer import bpe
 from trainer.tokenizer.pretokenize import count_words
 files = sorted(glob.glob(os.path.join(sysconfig.get_paths()["stdlib"], "*.py")))[:60]
 texts = [open(f, encoding="utf-8", errors="replace").read() for f in files]
-m = bpe.train_fast(count_words(texts), vocab_size=4096, min_frequency=2)
+m = bpe.train_fast(count_words(texts), vocab_size=4096, min_frequency=2, engine=sys.argv[1])
 print(hashlib.sha256(repr((m.vocab, m.merges)).encode()).hexdigest())
 """
 
@@ -127,10 +137,10 @@ def cross_run_determinism(ctx: GateContext) -> Measurement:
     from trainer.tokenizer.counting import count_files  # noqa: PLC0415
 
     digests = []
-    for seed in ("0", "1", "12345"):
+    for seed, engine in itertools.product(("0", "1", "12345"), bpe.ENGINES):
         env = {**os.environ, "PYTHONHASHSEED": seed}
         out = subprocess.run(
-            [sys.executable, "-c", _DIGEST],
+            [sys.executable, "-c", _DIGEST, engine],
             env=env,
             cwd=ctx.root,
             check=True,
@@ -148,12 +158,14 @@ def cross_run_determinism(ctx: GateContext) -> Measurement:
             counts = count_files(files, workers)
         finally:
             counting.PARALLEL_MIN_BYTES = saved
-        m = bpe.train_fast(counts, vocab_size=4096, min_frequency=2)
-        digests.append(hashlib.sha256(repr((m.vocab, m.merges)).encode()).hexdigest())
+        for engine in bpe.ENGINES:
+            m = bpe.train_fast(counts, vocab_size=4096, min_frequency=2, engine=engine)
+            digests.append(hashlib.sha256(repr((m.vocab, m.merges)).encode()).hexdigest())
     return Measurement(
         values={"differing_runs": (len(set(digests)) - 1, "runs"), "runs": (len(digests), "runs")},
         workload="60 standard-library modules, V = 4096, f = 2: three fresh processes under "
-        "PYTHONHASHSEED 0, 1, 12345, and in-process counting with 1 and 2 workers",
+        "PYTHONHASHSEED 0, 1, 12345, and in-process counting with 1 and 2 workers, each with "
+        f"each merge loop ({', '.join(bpe.ENGINES)}): one digest expected of all",
         inputs=files,
         parameters={"digests": digests},
     )

@@ -32,9 +32,13 @@ def _name(requirement: str) -> str:
 
 def third_party_imports(package: Path) -> dict[str, str]:
     """Top-level module → first ``file:line`` importing it, for every module outside the
-    standard library and outside ``package`` itself."""
+    standard library and outside ``package`` itself. A ``setup.py`` at the package's root is
+    the build's script (the trainer's C module), run by the build backend: its imports are
+    the ``[build-system]`` requires, checked by the test below."""
     found: dict[str, str] = {}
     for path in sorted(package.rglob("*.py")):
+        if path == package / "setup.py":
+            continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -107,3 +111,21 @@ def test_a_missing_or_unused_declaration_is_found(tmp_path):
     assert found == {"numpy": "pkg/a.py:2", "pytest": "pkg/a.py:5"}
     assert compare({"numpy", "pytest"}, found) == ({}, set())
     assert compare({"numpy", "torch"}, found) == ({"pytest": "pkg/a.py:5"}, {"torch"})
+
+
+def test_a_build_script_imports_only_what_the_build_system_requires():
+    """trainer/setup.py (it compiles the BPE merge loop) runs under the build backend's
+    requires, never at run time: what it imports must be declared there."""
+    pyproject, package = DISTRIBUTIONS["shipgate-trainer"]
+    requires = {
+        _name(r)
+        for r in tomllib.loads(pyproject.read_text(encoding="utf-8"))["build-system"]["requires"]
+    }
+    script = ROOT / package / "setup.py"
+    assert script.is_file()
+    imported = {
+        (node.module if isinstance(node, ast.ImportFrom) else node.names[0].name).split(".")[0]
+        for node in ast.walk(ast.parse(script.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+    }
+    assert imported - set(sys.stdlib_module_names) == {"setuptools"} <= requires

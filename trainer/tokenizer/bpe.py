@@ -17,18 +17,28 @@ decremented, so a later entry of the same pair merges its words too and reuses t
 id; a merge whose string already exists (a special token's included) adds no vocab slot.
 HF saves each pair once, at its last rank: `BpeModel.merges` does the same.
 
+The merge loop (steps 4 and 5) runs compiled by default (_merge_loop.c, built by `pip
+install -e trainer`, 8x faster than Python) or in Python (engine="python"): the same steps,
+the same merges and TrainStats (tests run both; the mutants reach the Python one).
 train_reference recounts every pair before every merge: slow, kept as the parity oracle.
 """
 
 from __future__ import annotations
 
+import array
+import functools
 import gc
+import hashlib
 import heapq
+import importlib
 import itertools
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 
 from trainer.tokenizer.pretokenize import ALPHABET
 
@@ -41,6 +51,9 @@ PROGRESS_EVERY = 1000
 REBUILD_FACTOR = 2
 REBUILD_MIN = 4096
 DEFAULT_SPECIAL_TOKENS = ("<|endoftext|>",)
+#: train_fast's merge loops: "compiled" (_merge_loop.c, the default) and "python"
+#: (_merge_loop_python), the same steps; tests run both, mutants reach the Python one.
+ENGINES = ("compiled", "python")
 
 
 @dataclass
@@ -61,6 +74,32 @@ class TrainStats:
 
 class BpeConfigError(ValueError):
     """vocab_size too small for the specials and alphabet, or another bad setting."""
+
+
+class CompiledLoopError(RuntimeError):
+    """The compiled merge loop is not built, or was built from other source."""
+
+
+@functools.cache
+def compiled_merge_loop() -> ModuleType:
+    """The compiled merge loop (_merge_loop.c, built by `pip install -e trainer`), checked
+    to be built from the source beside this file: an edit since the build would otherwise
+    go unseen, and reading the source makes it a traced source of every gate it serves."""
+    source = Path(__file__).with_name("_merge_loop.c")
+    rebuild = "`make venv` or `pip install -e trainer` builds it (a C compiler is needed)"
+    try:
+        module = importlib.import_module("trainer.tokenizer._merge_loop")
+    except ImportError as exc:
+        raise CompiledLoopError(
+            f"the compiled BPE merge loop is not built ({exc}); {rebuild}"
+        ) from None
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    if digest != module.SOURCE_SHA256:
+        raise CompiledLoopError(
+            f"{module.__file__} was built from other source than {source} (sha256 "
+            f"{module.SOURCE_SHA256[:12]}…, the file now {digest[:12]}…); {rebuild}"
+        )
+    return module
 
 
 @dataclass(frozen=True)
@@ -259,10 +298,14 @@ def train_fast(
     special_tokens: tuple[str, ...] = DEFAULT_SPECIAL_TOKENS,
     progress: Progress | None = None,
     stats: TrainStats | None = None,
+    engine: str = "compiled",
 ) -> BpeModel:
-    """Train on pre-token counts (see pretokenize.count_words)."""
+    """Train on pre-token counts (see pretokenize.count_words), with the merge loop of
+    ``engine`` (ENGINES)."""
     if vocab_size >= 1 << PAIR_BITS:
         raise BpeConfigError(f"vocab_size {vocab_size} exceeds {(1 << PAIR_BITS) - 1}")
+    if engine not in ENGINES:
+        raise BpeConfigError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
     with _gc_paused():
         return _train_fast(
             word_counts,
@@ -271,10 +314,11 @@ def train_fast(
             special_tokens=special_tokens,
             progress=progress,
             stats=stats if stats is not None else TrainStats(),
+            engine=engine,
         )
 
 
-def _train_fast(  # noqa: PLR0915 - one numbered recipe, as HF writes do_train
+def _train_fast(
     word_counts: Mapping[str, int],
     *,
     vocab_size: int,
@@ -282,12 +326,89 @@ def _train_fast(  # noqa: PLR0915 - one numbered recipe, as HF writes do_train
     special_tokens: tuple[str, ...],
     progress: Progress | None,
     stats: TrainStats,
+    engine: str,
 ) -> BpeModel:
     id_to_word, word_to_id = _initial_vocab(word_counts, vocab_size, special_tokens)
     to_ids = {ord(ch): chr(i) for ch, i in word_to_id.items() if len(ch) == 1}
     words = [w.translate(to_ids) for w in word_counts]  # one symbol per character, in C
     counts = list(word_counts.values())
 
+    def add_token(a: int, b: int) -> int:
+        """The id of the merge of tokens a and b: a new id unless its string exists (a
+        special token's included), which then adds no vocab slot."""
+        new_token = id_to_word[a] + id_to_word[b]
+        new_id = word_to_id.get(new_token)
+        if new_id is None:
+            new_id = len(id_to_word)
+            id_to_word.append(new_token)
+            word_to_id[new_token] = new_id
+        return new_id
+
+    loop = _merge_loop_compiled if engine == "compiled" else _merge_loop_python
+    limits = (len(word_to_id), vocab_size, min_frequency)
+    raw_merges = loop(words, counts, add_token, limits=limits, progress=progress, stats=stats)
+    stats.merges = len(raw_merges)
+    return BpeModel(
+        tuple(id_to_word),
+        _saved_merges(raw_merges, id_to_word),
+        tuple(dict.fromkeys(special_tokens)),
+    )
+
+
+#: The vocabulary's size now, the size asked for and min_frequency.
+Limits = tuple[int, int, int]
+
+
+def _merge_loop_compiled(
+    words: list[str],
+    counts: list[int],
+    add_token: Callable[[int, int], int],
+    *,
+    limits: Limits,
+    progress: Progress | None,
+    stats: TrainStats,
+) -> list[tuple[int, int]]:
+    """The merge loop in C (_merge_loop.c): _merge_loop_python's steps, same merges and
+    stats. Words go over as one buffer of 32-bit token ids."""
+    symbols = bytearray("".join(words).encode(_UTF32_NATIVE, "surrogatepass"))
+    start = time.perf_counter()
+
+    def report(merges: int, top_count: int, heap: int) -> None:
+        progress(merges, time.perf_counter() - start, top_count, heap)  # type: ignore[misc]
+
+    raw_merges, (visited, heap_peak, live_peak, rebuilds, stopped) = compiled_merge_loop().run(
+        symbols,
+        array.array("q", map(len, words)).tobytes(),
+        array.array("q", counts).tobytes(),
+        *limits,
+        add_token,
+        report if progress else None,
+        PROGRESS_EVERY,
+        REBUILD_MIN,
+        REBUILD_FACTOR,
+    )
+    stats.words_visited += visited  # as _merge_loop_python fills them
+    stats.heap_peak_entries, stats.peak_live_pairs = heap_peak, live_peak
+    stats.rebuilds += rebuilds
+    stats.stopped = stats.stopped or stopped
+    return raw_merges
+
+
+_UTF32_NATIVE = "utf-32-le" if sys.byteorder == "little" else "utf-32-be"
+
+
+def _merge_loop_python(  # noqa: PLR0915 - one numbered recipe, as HF writes do_train
+    words: list[str],
+    counts: list[int],
+    add_token: Callable[[int, int], int],
+    *,
+    limits: Limits,
+    progress: Progress | None,
+    stats: TrainStats,
+) -> list[tuple[int, int]]:
+    """Recipe steps 4 and 5 on ``words`` (strings of token ids) weighted by ``counts``;
+    returns the (pair, new id) merges in rank order and fills ``stats``."""
+    vocab_len, vocab_size, min_frequency = limits
     # pair -> count; a pair whose count reaches 0 is deleted, so len() is the live pairs.
     pair_counts: dict[int, int] = {}
     # pair -> ascending word indices; ascending because words are visited in order.
@@ -323,7 +444,7 @@ def _train_fast(  # noqa: PLR0915 - one numbered recipe, as HF writes do_train
 
     raw_merges: list[tuple[int, int]] = []
     start = time.perf_counter()
-    while len(word_to_id) < vocab_size and heap:
+    while vocab_len < vocab_size and heap:
         stored, a, b, entry_seq = _entry_parts(heapq.heappop(heap))
         pos = entry_words.pop(entry_seq)
         pair = a << PAIR_BITS | b
@@ -336,12 +457,8 @@ def _train_fast(  # noqa: PLR0915 - one numbered recipe, as HF writes do_train
         if current < 1 or current < min_frequency:
             stats.stopped = "min_frequency" if current >= 1 else "no_pairs"
             break
-        new_token = id_to_word[a] + id_to_word[b]
-        new_id = word_to_id.get(new_token)
-        if new_id is None:
-            new_id = len(id_to_word)
-            id_to_word.append(new_token)
-            word_to_id[new_token] = new_id
+        new_id = add_token(a, b)
+        vocab_len += new_id == vocab_len
         raw_merges.append((pair, new_id))
 
         visited = 0
@@ -386,15 +503,9 @@ def _train_fast(  # noqa: PLR0915 - one numbered recipe, as HF writes do_train
             stats.rebuilds += 1
         if progress and len(raw_merges) % PROGRESS_EVERY == 0:
             progress(len(raw_merges), time.perf_counter() - start, current, len(heap))
-    stats.merges = len(raw_merges)
     if not stats.stopped:
-        stats.stopped = "vocab_size" if len(word_to_id) >= vocab_size else "no_pairs"
-
-    return BpeModel(
-        tuple(id_to_word),
-        _saved_merges(raw_merges, id_to_word),
-        tuple(dict.fromkeys(special_tokens)),
-    )
+        stats.stopped = "vocab_size" if vocab_len >= vocab_size else "no_pairs"
+    return raw_merges
 
 
 def train_reference(

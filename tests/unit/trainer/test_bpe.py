@@ -16,6 +16,7 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import regex
@@ -86,17 +87,25 @@ def hf_train(
     return vocab, [tuple(m) for m in model["merges"]]
 
 
+#: Every trainer test runs each merge loop: the compiled one (the default) and the Python
+#: one, which the mutants of tests/mutants/bpe.py reach.
+engines = pytest.mark.parametrize("engine", bpe.ENGINES)
 corpora = st.lists(st.sampled_from(CHARS), min_size=1, max_size=300).map("".join)
 specials = st.sampled_from([("<|endoftext|>",), (), ("<|endoftext|>", "ab"), ("ab", "<pad>")])
 
 
 @given(text=corpora, extra=st.integers(0, 80), min_frequency=st.integers(0, 3), sp=specials)
 @settings(max_examples=150)
-def test_train_fast_equals_hf_merge_for_merge(text, extra, min_frequency, sp):
+@engines
+def test_train_fast_equals_hf_merge_for_merge(text, extra, min_frequency, sp, engine):
     vocab_size = len(sp) + len(set(ALPHABET) | set("".join(count_words([text])))) + extra
     hf_vocab, hf_merges = hf_train(text, vocab_size, min_frequency, sp)
     ours = bpe.train_fast(
-        count_words([text]), vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=sp
+        count_words([text]),
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=sp,
+        engine=engine,
     )
     assert list(ours.merges) == hf_merges
     assert list(ours.vocab) == hf_vocab
@@ -104,11 +113,12 @@ def test_train_fast_equals_hf_merge_for_merge(text, extra, min_frequency, sp):
 
 @given(text=corpora, extra=st.integers(0, 80), min_frequency=st.integers(0, 3), sp=specials)
 @settings(max_examples=150)
-def test_train_fast_equals_the_naive_reference(text, extra, min_frequency, sp):
+@engines
+def test_train_fast_equals_the_naive_reference(text, extra, min_frequency, sp, engine):
     counts = count_words([text])
     vocab_size = len(sp) + len(set(ALPHABET) | set("".join(counts))) + extra
     fast = bpe.train_fast(
-        counts, vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=sp
+        counts, vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=sp, engine=engine
     )
     naive = bpe.train_reference(
         counts, vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=sp
@@ -179,12 +189,15 @@ def test_counting_a_file_equals_the_pattern_run_line_by_line(text):
     assert count_words([text]) == expected
 
 
-def test_golden_merges_derived_by_hand():
+@engines
+def test_golden_merges_derived_by_hand(engine):
     # low x5, lower x2, newest x6, widest x3; min_frequency 2. By hand: (e,s)=9 ties (s,t)=9 and
     # e<s wins; then es+t; (l,o)=7 ties (o,w)=7, l<o; lo+w; (e,w)=6 beats (n,e), (w,est);
     # n+ew; new+est; at 3: d<i<w so d+est, i+dest, w+idest; at 2: e<low so e+r; low+er.
     counts = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
-    model = bpe.train_fast(counts, vocab_size=1000, min_frequency=2, special_tokens=())
+    model = bpe.train_fast(
+        counts, vocab_size=1000, min_frequency=2, special_tokens=(), engine=engine
+    )
     assert ["".join(m) for m in model.merges] == [
         "es",
         "est",
@@ -203,8 +216,11 @@ def test_golden_merges_derived_by_hand():
     assert model.vocab[-1] == "lower"
 
 
-def test_specials_take_the_first_ids_and_a_colliding_merge_adds_no_slot():
-    model = bpe.train_fast({"ab": 3}, vocab_size=400, special_tokens=("ab", "<|endoftext|>"))
+@engines
+def test_specials_take_the_first_ids_and_a_colliding_merge_adds_no_slot(engine):
+    model = bpe.train_fast(
+        {"ab": 3}, vocab_size=400, special_tokens=("ab", "<|endoftext|>"), engine=engine
+    )
     assert model.vocab[:2] == ("ab", "<|endoftext|>")
     assert model.merges == (("a", "b"),)
     assert len(model.vocab) == 2 + 256  # "ab" reused id 0
@@ -215,13 +231,15 @@ def test_vocab_too_small_for_the_alphabet_is_an_error():
         bpe.train_fast({"ab": 1}, vocab_size=100)
 
 
-def test_progress_is_reported_every_thousand_merges():
+@engines
+def test_progress_is_reported_every_thousand_merges(engine):
     text = "".join(f"w{i} x{i * 7} y{i % 13}\n" for i in range(4000))
     calls = []
     bpe.train_fast(
         count_words([text]),
         vocab_size=2600,
         progress=lambda merges, seconds, top, heap: calls.append((merges, top)),
+        engine=engine,
     )
     assert [m for m, _ in calls] == [1000, 2000]
     assert all(top >= 1 for _, top in calls)
@@ -256,14 +274,15 @@ def test_training_is_identical_for_any_hash_seed():
     assert len(digests) == 1
 
 
-def test_stdlib_slice_equals_hf():
+@engines
+def test_stdlib_slice_equals_hf(engine):
     import glob  # noqa: PLC0415
     import sysconfig  # noqa: PLC0415
 
     files = sorted(glob.glob(os.path.join(sysconfig.get_paths()["stdlib"], "*.py")))[:30]
     text = "".join(Path(f).read_text(encoding="utf-8", errors="replace") for f in files)
     hf_vocab, hf_merges = hf_train(text, 2048, 2, ("<|endoftext|>",))
-    ours = bpe.train_fast(count_words([text]), vocab_size=2048, min_frequency=2)
+    ours = bpe.train_fast(count_words([text]), vocab_size=2048, min_frequency=2, engine=engine)
     assert list(ours.merges) == hf_merges and list(ours.vocab) == hf_vocab
     assert hashlib.sha256(repr(ours.merges).encode()).hexdigest()  # non-empty result
     assert len(ours.merges) == 2048 - 257
@@ -283,41 +302,136 @@ def _stdlib_slice(n: int) -> list[str]:
     return [Path(f).read_text(encoding="utf-8", errors="replace") for f in files]
 
 
-def test_training_does_not_depend_on_word_order():
+@engines
+def test_training_does_not_depend_on_word_order(engine):
     # FALSIFY-BPE-TRAIN-PERF-002, in-process half: the order words reach the trainer (file
     # order, worker completion order) must not matter; hash seeds are the slow test above.
     import random  # noqa: PLC0415
 
     counts = count_words(_stdlib_slice(40))
-    expected = bpe.train_fast(counts, vocab_size=2500, min_frequency=2)
+    expected = bpe.train_fast(counts, vocab_size=2500, min_frequency=2, engine=engine)
     for seed in (7, 8):
         items = list(counts.items())
         random.Random(seed).shuffle(items)
-        assert bpe.train_fast(dict(items), vocab_size=2500, min_frequency=2) == expected
+        assert (
+            bpe.train_fast(dict(items), vocab_size=2500, min_frequency=2, engine=engine) == expected
+        )
     assert (
-        bpe.train_fast(dict(reversed(list(counts.items()))), vocab_size=2500, min_frequency=2)
+        bpe.train_fast(
+            dict(reversed(list(counts.items()))), vocab_size=2500, min_frequency=2, engine=engine
+        )
         == expected
     )
 
 
 @pytest.mark.ship_blocking
-def test_a_merge_visits_only_the_words_holding_its_pair():
+@engines
+def test_a_merge_visits_only_the_words_holding_its_pair(engine):
     # FALSIFY-BPE-TRAIN-PERF-005's structural half (speed itself is measured by the gate):
     # the fast trainer agrees with the naive one while visiting a small fraction of words.
     counts = count_words(_stdlib_slice(12))
     stats = bpe.TrainStats()
-    fast = bpe.train_fast(counts, vocab_size=1200, min_frequency=2, stats=stats)
+    fast = bpe.train_fast(counts, vocab_size=1200, min_frequency=2, stats=stats, engine=engine)
     assert fast == bpe.train_reference(counts, vocab_size=1200, min_frequency=2)
     full_recount = stats.merges * len(counts)
     assert stats.words_visited < 0.05 * full_recount, (stats.words_visited, full_recount)
 
 
 @pytest.mark.ship_blocking
-def test_the_heap_stays_bounded_by_live_pairs(monkeypatch):
+@engines
+def test_the_heap_stays_bounded_by_live_pairs(monkeypatch, engine):
     # FALSIFY-BPE-TRAIN-PERF-003's bounded-heap half (wall-clock is the gate's measurement).
+    counts = count_words(_stdlib_slice(40))
+    unbounded = bpe.TrainStats()  # positive control: no rebuild, the heap keeps stale entries
+    monkeypatch.setattr(bpe, "REBUILD_MIN", 10**12)
+    bpe.train_fast(counts, vocab_size=3000, min_frequency=2, stats=unbounded, engine=engine)
     monkeypatch.setattr(bpe, "REBUILD_MIN", 256)
     monkeypatch.setattr(bpe, "REBUILD_FACTOR", 1)  # this corpus stays under 2x on its own
     stats = bpe.TrainStats()
-    bpe.train_fast(count_words(_stdlib_slice(40)), vocab_size=3000, min_frequency=2, stats=stats)
+    bpe.train_fast(counts, vocab_size=3000, min_frequency=2, stats=stats, engine=engine)
     assert stats.rebuilds > 0
     assert stats.heap_peak_entries <= 2 * stats.peak_live_pairs, stats
+    # A rebuild that is counted but drops nothing leaves the peak where no rebuild does
+    # (17,124 entries here, against 13,943 with them).
+    assert unbounded.rebuilds == 0
+    assert stats.heap_peak_entries < unbounded.heap_peak_entries, (stats, unbounded)
+
+
+@given(
+    text=st.lists(st.sampled_from(CHARS), min_size=1, max_size=600).map("".join),
+    extra=st.integers(0, 200),
+    min_frequency=st.integers(0, 3),
+    sp=specials,
+    rebuild=st.tuples(st.integers(0, 64), st.integers(1, 3)),
+    every=st.integers(1, 40),
+)
+@settings(max_examples=150, deadline=None)
+def test_the_engines_agree_on_merges_stats_and_progress(  # noqa: PLR0917 - drawn by @given
+    text, extra, min_frequency, sp, rebuild, every
+):
+    """The compiled loop is the Python loop's steps: the same model, the same TrainStats
+    (words visited, heap and live-pair peaks, rebuilds, why it stopped) and the same
+    progress calls, with rebuilds forced often (REBUILD_MIN, REBUILD_FACTOR) and progress
+    reported every few merges."""
+    counts = count_words([text])
+    vocab_size = len(sp) + len(set(ALPHABET) | set("".join(counts))) + extra
+    runs = []
+    with (
+        mock.patch.object(bpe, "REBUILD_MIN", rebuild[0]),
+        mock.patch.object(bpe, "REBUILD_FACTOR", rebuild[1]),
+        mock.patch.object(bpe, "PROGRESS_EVERY", every),
+    ):
+        for engine in bpe.ENGINES:
+            stats, calls = bpe.TrainStats(), []
+
+            def report(merges, seconds, top, heap, calls=calls):
+                calls.append((merges, top, heap))
+
+            model = bpe.train_fast(
+                counts,
+                vocab_size=vocab_size,
+                min_frequency=min_frequency,
+                special_tokens=sp,
+                progress=report,
+                stats=stats,
+                engine=engine,
+            )
+            runs.append((model, stats, calls))
+    (compiled, compiled_stats, compiled_calls), (python, python_stats, python_calls) = runs
+    assert compiled == python
+    assert compiled_stats == python_stats
+    assert compiled_calls == python_calls
+    assert len(compiled_calls) == compiled_stats.merges // every
+
+
+def test_a_compiled_loop_built_from_other_source_is_refused(monkeypatch):
+    """No silent fallback and no stale build: a module whose recorded source digest is not
+    the digest of _merge_loop.c now is refused, naming the rebuild; the current build loads."""
+    module = bpe.compiled_merge_loop()  # two-sided: the build from this source is accepted
+    assert len(module.SOURCE_SHA256) == 64
+    bpe.compiled_merge_loop.cache_clear()
+    monkeypatch.setattr(module, "SOURCE_SHA256", "0" * 64)
+    with pytest.raises(bpe.CompiledLoopError, match=r"built from other source.*make venv"):
+        bpe.train_fast({"ab": 3}, vocab_size=300)
+    monkeypatch.undo()
+    bpe.compiled_merge_loop.cache_clear()
+    assert bpe.train_fast({"ab": 3}, vocab_size=300).merges == (("a", "b"),)
+
+
+def test_a_compiled_loop_not_built_is_refused_naming_the_fix(monkeypatch):
+    def not_built(name):
+        raise ImportError(f"No module named {name!r}")
+
+    bpe.compiled_merge_loop.cache_clear()
+    monkeypatch.setattr(bpe.importlib, "import_module", not_built)
+    try:
+        with pytest.raises(bpe.CompiledLoopError, match=r"not built.*pip install -e trainer"):
+            bpe.train_fast({"ab": 3}, vocab_size=300)
+        assert bpe.train_fast({"ab": 3}, vocab_size=300, engine="python").merges == (("a", "b"),)
+    finally:
+        bpe.compiled_merge_loop.cache_clear()
+
+
+def test_an_unknown_engine_is_refused():
+    with pytest.raises(bpe.BpeConfigError, match="engine 'rust' is not one of compiled, python"):
+        bpe.train_fast({"ab": 3}, vocab_size=300, engine="rust")

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -37,7 +38,7 @@ def test_tallied_merges_equal_hf_merge_for_merge(text, extra, min_frequency, sp)
     with mock.patch.object(bpe, "LONG_WORD", 2):
         ours = bpe.train_fast(
             count_words([text]), vocab_size=vocab_size, min_frequency=min_frequency,
-            special_tokens=sp,
+            special_tokens=sp, engine="python",  # LONG_WORD is the Python loop's
         )  # fmt: skip
     assert list(ours.merges) == hf_merges
     assert list(ours.vocab) == hf_vocab
@@ -60,12 +61,13 @@ def _long_corpus() -> str:
 def test_long_words_train_as_hf_and_as_the_listed_path():
     text = _long_corpus()
     counts = count_words([text])
-    assert max(map(len, counts)) > bpe.LONG_WORD  # the tallied path runs
+    assert max(map(len, counts)) > bpe.LONG_WORD  # the Python loop's tallied path runs
     vocab_size = _vocab_size(text, ("<|endoftext|>",), 300)
-    tallied = bpe.train_fast(counts, vocab_size=vocab_size, min_frequency=2)
+    tallied = bpe.train_fast(counts, vocab_size=vocab_size, min_frequency=2, engine="python")
     with mock.patch.object(bpe, "LONG_WORD", 10**12):  # every word listed, as before
-        listed = bpe.train_fast(counts, vocab_size=vocab_size, min_frequency=2)
+        listed = bpe.train_fast(counts, vocab_size=vocab_size, min_frequency=2, engine="python")
     assert tallied == listed
+    assert bpe.train_fast(counts, vocab_size=vocab_size, min_frequency=2) == tallied  # compiled
     hf_vocab, hf_merges = hf_train(text, vocab_size, 2, ("<|endoftext|>",))
     assert list(tallied.merges) == hf_merges and list(tallied.vocab) == hf_vocab
 
@@ -76,17 +78,18 @@ from trainer.tokenizer import bpe
 from trainer.tokenizer.pretokenize import count_words
 counts = count_words(["a" * 3_000_000 + "\\n"])  # one pre-token, three million letters
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-model = bpe.train_fast(counts, vocab_size=300, min_frequency=2)
+model = bpe.train_fast(counts, vocab_size=300, min_frequency=2, engine=sys.argv[1])
 grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
 print(len(model.vocab), grown // 1024)
 """
 
 
-def test_a_three_million_letter_pre_token_trains_in_bounded_memory():
+@pytest.mark.parametrize("engine", bpe.ENGINES)
+def test_a_three_million_letter_pre_token_trains_in_bounded_memory(engine):
     """Peak RSS growth while training (Linux ru_maxrss, KiB), in a fresh process: listed
     changes grew it 200-350 MB for this word (2.3 GB for 20 MB of letters); tallies ~0."""
     proc = subprocess.run(
-        [sys.executable, "-c", _PEAK], capture_output=True, text=True, cwd=REPO, check=False
+        [sys.executable, "-c", _PEAK, engine], capture_output=True, text=True, cwd=REPO, check=False
     )
     assert proc.returncode == 0, proc.stderr
     vocab, grown_mb = map(int, proc.stdout.split())

@@ -103,13 +103,15 @@ gates-check: $(STAMP)
 # no absolute path.
 AUDIT_OUT ?= evidence/audit/audit.json
 
+# Each part says how long it took (issue 32's budget is for the main project's audit).
 audit: $(STAMP)
 	mkdir -p $(dir $(AUDIT_OUT))
-	CI=true $(BIN)/gates audit --out $(AUDIT_OUT) --files contracts/*.yaml
-	for ex in $(EXAMPLES); do \
+	start=$$(date +%s); CI=true $(BIN)/gates audit --out $(AUDIT_OUT) --files contracts/*.yaml; \
+	rc=$$?; echo "audit: the main project took $$(( $$(date +%s) - start )) s"; exit $$rc
+	start=$$(date +%s); for ex in $(EXAMPLES); do \
 	  (cd $$ex && mkdir -p evidence/audit && CI=true $(ABS_BIN)/gates audit \
 	    --files contracts/*.yaml --out evidence/audit/audit.json) || exit 1; \
-	done
+	done; echo "audit: the examples took $$(( $$(date +%s) - start )) s"
 
 # Adopters in virtualenvs of their own (tools/adopter_venv.py; each needs the package registry).
 # framework-alone: the framework alone (no torch, numpy, matplotlib or trainer importable), then

@@ -61,7 +61,7 @@ class AuditRow:
     seconds: float
     failure: testrun.Failure | None = None  # the first failing report, when pytest failed
     seam_check: seams.SeamReport | None = None  # mutant rows: what the dry application found
-    note: str = ""  # for error: the last line pytest printed; shown, not recorded
+    note: str = ""  # for error and crashed: the last line the run printed; shown, not recorded
     sources: tuple[dict, ...] = ()  # [{"path", "sha256"}] the run read (gates.provenance.trace)
 
     @property
@@ -90,8 +90,9 @@ class AuditRow:
             return self.seam_check.problems()
         if self.failure is not None:
             return [self.failure.describe()]
+        said = [f"last line: {self.note}"] if self.note else []
         if self.outcome == "crashed":
-            return ["pytest failed but recorded no failure (is the shipgate plugin loaded?)"]
+            return ["pytest failed but recorded no failure (is the shipgate plugin loaded?)", *said]
         return [self.note] if self.note else []
 
 
@@ -188,7 +189,7 @@ def plan_audit(
             run.seconds,
             run.failures[0] if run.failures else None,
             checked[mutant] if mutant else None,
-            "" if outcome != "error" else _last_line(run.output),
+            note_of(outcome, run.output),
             tuple(traced.sources()),
         )
         if progress:
@@ -213,6 +214,13 @@ def expected_seconds(path: Path) -> dict[tuple[str, str | None], float]:
         return seconds
     except (OSError, jsonfile.JsonFileError, KeyError, TypeError, ValueError, AttributeError):
         return {}
+
+
+def note_of(outcome: str, output: str) -> str:
+    """What a row shows under it beside its failure: the last line a run printed when it
+    ended in an error, or crashed (a crash pytest could not record - a segfault in C, an
+    os._exit - leaves nothing else to go on)."""
+    return _last_line(output) if outcome in ("error", "crashed") else ""
 
 
 def _last_line(output: str) -> str:

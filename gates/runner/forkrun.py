@@ -62,10 +62,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import CodeType, ModuleType
 
-#: Set to "PASSIVE" for processes run side by side (`gates audit`, `gates check --jobs`): each
-#: keeps torch's thread count, so idle OpenMP threads must sleep, not spin (two runs of two
-#: spinning threads on two cores ran 20-40x slower). libgomp reads it when torch is imported.
+#: Set to "PASSIVE" for processes run side by side (`gates audit`, `gates check --jobs`): idle
+#: OpenMP threads must sleep, not spin (two runs of two spinning threads on two cores ran
+#: 20-40x slower). libgomp reads it when torch is imported.
 OMP_WAIT = "OMP_WAIT_POLICY"
+
+#: Set by `gates audit` (:func:`run_pooled`) to each run's share of the cores, as the suite's
+#: xdist workers get theirs (the Makefile runs pytest with OMP_NUM_THREADS=1): runs of two
+#: threads side by side on two cores took 10-15 % longer than runs of one (a tiny model's
+#: training, the 370M export against HF's). Read, like OMP_WAIT, when torch is imported.
+OMP_THREADS = "OMP_NUM_THREADS"
 
 #: Imported once by the warm interpreter when installed: what a test run would otherwise
 #: import afresh each time. Never a module of the project under audit (those are dropped
@@ -214,11 +220,13 @@ def run_pooled(
     when not ``warm``: the task starts a fresh process). The first task to raise (a full
     disk) ends the others, its runs killed, and is raised."""
     workers = max(1, jobs)
-    # Side by side, idle OpenMP threads must sleep (OMP_WAIT); set before the warm
-    # interpreters start, since they import torch.
-    saved_wait_policy = os.environ.get(OMP_WAIT)
-    if workers > 1 and saved_wait_policy is None:
-        os.environ[OMP_WAIT] = "PASSIVE"
+    # Side by side, idle OpenMP threads must sleep (OMP_WAIT) and each run gets its share of
+    # the cores (OMP_THREADS), unless the caller chose; set before the warm interpreters
+    # start, since they import torch, and seen by every run and the processes it starts.
+    side_by_side = {OMP_WAIT: "PASSIVE", OMP_THREADS: str(core_share(workers))}
+    chosen_here = [name for name in side_by_side if workers > 1 and name not in os.environ]
+    for name in chosen_here:
+        os.environ[name] = side_by_side[name]
     interpreters: queue.SimpleQueue = queue.SimpleQueue()
     started = [WarmInterpreter(root) for _ in range(workers)] if warm else []
     for interpreter in started or [None] * workers:
@@ -240,8 +248,15 @@ def run_pooled(
         for interpreter in started:
             interpreter.close()  # a run still going is killed: its thread sees an error
         pool.shutdown(wait=True)
-        if saved_wait_policy is None:
-            os.environ.pop(OMP_WAIT, None)
+        for name in chosen_here:
+            os.environ.pop(name, None)
+
+
+def core_share(workers: int) -> int:
+    """The cores each of ``workers`` runs side by side may use: those this process may run
+    on, shared out evenly, at least one."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // max(1, workers))
 
 
 def _close_pipes(proc: subprocess.Popen) -> None:

@@ -18,6 +18,8 @@ import pytest
 
 from trainer.cli import main
 from trainer.config.load import load_config
+from trainer.pipeline import run as pipeline_run
+from trainer.pipeline.state import code_fingerprint
 from trainer.runfiles.names import PIPELINE_STATE_FILE
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -374,6 +376,48 @@ def test_a_copied_run_directory_reuses_every_stage(first_run, tmp_path, capsys):
     assert status == 0, err
     assert set(stage_lines(stdout).values()) == {"reused"}, stdout
     assert load_config(copy / "run.yaml").data.shards == copy / "data"
+
+
+@pytest.mark.slow
+def test_another_trainers_artifacts_are_made_again_and_its_training_is_kept(
+    first_run, tmp_path, capsys, monkeypatch
+):
+    """An artifact is a function of the code that built it: in a run directory made by
+    another trainer (another code fingerprint) the tokenizer, shards, export, baseline and
+    plots are made again, not served; the training is kept (a run resumes across versions),
+    and the shards this code makes being the same bytes, it is reused."""
+    config, out, _, corpus = first_run
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, symlinks=True)
+    status, stdout, err = run_pipeline(capsys, pipeline_argv(config, copy, corpus))
+    assert status == 0, err
+    assert set(stage_lines(stdout).values()) == {"reused"}, stdout  # the same code: reused
+    monkeypatch.setattr(pipeline_run, "code_fingerprint", lambda: "another trainer")
+    status, stdout, err = run_pipeline(capsys, pipeline_argv(config, copy, corpus))
+    assert status == 0, err
+    remade = {"tokenizer", "data", "export", "baseline", "plots"}
+    assert stage_lines(stdout) == {stage: "done" for stage in remade} | {"train": "reused"}
+
+
+def test_the_code_fingerprint_follows_every_source_file_and_nothing_else(tmp_path):
+    package = tmp_path / "trainer"
+    (package / "tokenizer").mkdir(parents=True)
+    (package / "cli.py").write_text("MAIN = 1\n")
+    (package / "tokenizer" / "_loop.c").write_text("int merge(void);\n")
+    before = code_fingerprint(package)
+    assert code_fingerprint(package) == before
+    (package / "tokenizer" / "_loop.cpython.so").write_bytes(b"built")  # not source
+    (package / "README.txt").write_text("notes")
+    assert code_fingerprint(package) == before
+    (package / "tokenizer" / "_loop.c").write_text("int merge(int);\n")  # a C edit
+    edited_c = code_fingerprint(package)
+    (package / "tokenizer" / "_loop.c").write_text("int merge(void);\n")
+    assert code_fingerprint(package) == before != edited_c
+    (package / "cli.py").rename(package / "main.py")  # the same bytes, another module
+    renamed = code_fingerprint(package)
+    (package / "tokenizer" / "extra.py").write_text("")  # a new, empty module
+    assert len({before, edited_c, renamed, code_fingerprint(package)}) == 4
+    assert code_fingerprint() == code_fingerprint(Path(pipeline_run.__file__).parents[1])
 
 
 @pytest.mark.slow

@@ -4,9 +4,11 @@ fresh or resumed.
 
 Written from FALSIFY-ARCH-370M-011's rule, independently of the bound test: byte-level
 BPE tokenizers of exactly 50256 and 50258 entries (and 512/513 for the resume case), a
-small corpus encoded with each by `trainer data encode`, and `trainer apply` in a fresh
-process against the 370M preset. A run counts as started when it exits 0 or leaves
-anything new or changed under its run directory; a refusal must also name both sizes.
+small corpus encoded with each by the project's encoder (in this process: a `trainer data
+encode` process under a mutant imported the whole loop, 3 s each, eight times an audit),
+and `trainer apply` in a fresh process against the 370M preset. A run counts as started
+when it exits 0 or leaves anything new or changed under its run directory; a refusal must
+also name both sizes.
 """
 
 from __future__ import annotations
@@ -85,14 +87,11 @@ def _tokenizer(directory: Path, entries: int) -> Path:
     return directory
 
 
-def _data(repo: Path, root: Path, corpus: list[Path], entries: int) -> tuple[Path, Path]:
+def _data(root: Path, corpus: list[Path], entries: int) -> tuple[Path, Path]:
+    from trainer.data.encode import encode_corpus  # noqa: PLC0415
+
     tokenizer = _tokenizer(root / "tokenizer", entries)
-    done = _trainer(
-        repo, "data", "encode", "--tokenizer", str(tokenizer), "--out", str(root / "shards"),
-        "--val-fraction", "0.25", "--workers", "1", "--force", "--input", *map(str, corpus),
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"encoding with a {entries}-entry tokenizer failed: {done.stderr}")
+    encode_corpus(corpus, tokenizer, root / "shards", val_fraction=0.25, workers=1, force=True)
     return root / "shards", tokenizer
 
 
@@ -163,7 +162,7 @@ def mismatched_runs_started(ctx: GateContext) -> Measurement:
             corpus.append(path)
         # A fresh 370M run with a tokenizer one entry short or one entry over.
         for entries in (MODEL_VOCAB - 1, MODEL_VOCAB + 1):
-            shards, tokenizer = _data(ctx.root, root / f"v{entries}", corpus, entries)
+            shards, tokenizer = _data(root / f"v{entries}", corpus, entries)
             out = root / f"run-{entries}"
             cfg = _config(root / f"370m-{entries}.yaml", shards, tokenizer, out,
                           ["  preset: 370m"])  # fmt: skip
@@ -171,7 +170,7 @@ def mismatched_runs_started(ctx: GateContext) -> Measurement:
             cases[f"370m with {entries} tokens"] = _case(done, None, out, (MODEL_VOCAB, entries))
         # A resume after the tokenizer and shards were replaced by ones of another size.
         tiny = ["  preset: tiny", "  architecture:", "    vocab_size: 512"]
-        shards, tokenizer = _data(ctx.root, root / "resume", corpus, 512)
+        shards, tokenizer = _data(root / "resume", corpus, 512)
         out = root / "run-resume"
         cfg = _config(root / "tiny.yaml", shards, tokenizer, out, tiny, max_steps=4,
                       warmup_steps=0, save_interval=2, eval_interval=100)  # fmt: skip
@@ -192,7 +191,7 @@ def mismatched_runs_started(ctx: GateContext) -> Measurement:
                 matched[f"resume {label}, 512 / 512"] = _matched(done)
             cfg = _config(root / "tiny.yaml", shards, tokenizer, out, tiny, max_steps=8,
                           warmup_steps=0, save_interval=2, eval_interval=100)  # fmt: skip
-            _data(ctx.root, root / "resume", corpus, 513)  # same paths, another vocabulary
+            _data(root / "resume", corpus, 513)  # same paths, another vocabulary
             for resume in ("latest", str(out / "checkpoints" / "step-00000002")):
                 before = _snapshot(out)
                 done = _trainer(ctx.root, "apply", str(cfg), "--device", "cpu",

@@ -2,7 +2,9 @@
 
 K >= 2 because the newest may be the one a crash or a bad disk just corrupted; the best
 by validation loss is what ships if later steps overfit. Invalid checkpoints are left on
-disk for inspection and never counted as kept.
+disk for inspection and never counted as kept. With no more than K checkpoints nothing can
+be pruned, so none is read: verifying one reads every byte of it (4.5 GB for the 370M
+model), and a run's first K saves paid that once each for nothing.
 
 A pruned checkpoint is first renamed to step-NNNNNNNN.deleting (one atomic rename, the
 parent fsynced), then deleted: a kill in the middle of the deletion leaves a directory no
@@ -44,7 +46,8 @@ def prune(run_dir: Path, keep: int) -> list[Path]:
     if keep < 2:
         raise ValueError(f"keep must be >= 2 (the newest may be the broken one), got {keep}")
     run_dir = Path(run_dir)
-    valid = [p for p in checkpoint_dirs(run_dir) if inspect_checkpoint(p).valid]
+    listed = checkpoint_dirs(run_dir)
+    valid = [p for p in listed if inspect_checkpoint(p).valid] if len(listed) > keep else []
     kept = set(valid[:keep])
     scored = [(loss, p) for p in valid if (loss := _val_loss(p)) is not None]
     if scored:

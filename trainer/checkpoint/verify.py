@@ -39,8 +39,8 @@ import queue
 import random
 import re
 import threading
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,8 +121,10 @@ class Inspection:
 
 #: Bytes read and hashed per piece of a format 1 file (one sha256 stream).
 READ_CHUNK = 64 * 1024 * 1024
-#: Bytes per pread: a file is read in order, in pieces of this size (the disk's read-ahead
-#: window here; 16 and 64 MiB pieces read slower, 2 MiB much slower, on the development VM).
+#: Bytes per read: the most one pread asks for (_read_exactly), and the pieces a kept file
+#: is read in by several threads at once (_KeptReader). The disk's read-ahead window here:
+#: 16 and 64 MiB pieces read slower, 2 MiB much slower, on the development VM. A multiple of
+#: _DIRECT_ALIGN, so that every piece of a kept file but its tail may be read directly.
 READ_PIECE = 8 * 1024 * 1024
 #: Files read (and hashed) at once.
 READERS = 4
@@ -185,17 +187,36 @@ def _read_ahead(fd: int, offset: int, length: int) -> None:
         os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
 
 
+def _read_in_order(
+    fd: int, size: int, step: int, buffer: Callable[[int], memoryview]
+) -> Iterator[memoryview]:
+    """The file's ``size`` bytes in order, ``step`` at a time, each read into the view
+    ``buffer(length)`` gives, the disk asked _AHEAD steps ahead: one stream for the disk."""
+    _read_ahead(fd, 0, min(size, _AHEAD * step))
+    for start in range(0, max(size, 1), step):  # an empty file: one empty piece
+        ahead = start + _AHEAD * step
+        _read_ahead(fd, ahead, min(step, size - ahead))
+        view = buffer(min(step, size - start))
+        _read_exactly(fd, view, start)
+        yield view
+
+
+def _settle(jobs: list[Future]) -> None:
+    """None of ``jobs`` still running when the caller goes on (or gives up): those not
+    started are cancelled, the others waited for (their errors are the caller's no more)."""
+    for job in jobs:
+        job.cancel()
+    for job in jobs:
+        if not job.cancelled():
+            job.exception()
+
+
 def _hash_stream(fd: int, size: int) -> str:
     """The sha256 of the file's ``size`` bytes (format 1: one stream), read in READ_CHUNK
-    pieces into one buffer, the disk asked _AHEAD pieces ahead."""
+    pieces into one buffer."""
     digest = hashlib.sha256()
     buffer = memoryview(bytearray(min(size, READ_CHUNK)))
-    _read_ahead(fd, 0, min(size, _AHEAD * READ_CHUNK))
-    for start in range(0, size, READ_CHUNK):
-        ahead = start + _AHEAD * READ_CHUNK
-        _read_ahead(fd, ahead, min(READ_CHUNK, size - ahead))
-        view = buffer[: min(READ_CHUNK, size - start)]
-        _read_exactly(fd, view, start)
+    for view in _read_in_order(fd, size, READ_CHUNK, lambda length: buffer[:length]):
         digest.update(view)
     return digest.hexdigest()
 
@@ -213,22 +234,13 @@ def _hash_ranges(fd: int, size: int, range_bytes: int, hashers: ThreadPoolExecut
         finally:
             spare.give(view)
 
-    jobs = []
+    jobs: list[Future] = []
     try:
-        _read_ahead(fd, 0, min(size, _AHEAD * range_bytes))
-        for start in range(0, max(size, 1), range_bytes):
-            ahead = start + _AHEAD * range_bytes
-            _read_ahead(fd, ahead, min(range_bytes, size - ahead))
-            view = spare.take(min(range_bytes, size - start))
-            _read_exactly(fd, view, start)
+        for view in _read_in_order(fd, size, range_bytes, spare.take):
             jobs.append(hashers.submit(digest, view))
         return [job.result() for job in jobs]
     finally:
-        for job in jobs:  # none still hashing when the caller goes on (or gives up)
-            job.cancel()
-        for job in jobs:
-            if not job.cancelled():
-                job.exception()
+        _settle(jobs)
 
 
 #: Reads in flight for a kept file: a direct read waits on the device, so several at once
@@ -248,10 +260,13 @@ class _KeptReader:
     ours — and the faults on fresh memory were most of the load on the development VM (a
     370M verification 5.5-9 s against 2.4-2.6 s over mappings); read directly, the device
     writes into our pages and the page cache is not touched. Buffered ``pread`` is the
-    fallback (a file system without O_DIRECT, a tail shorter than a block)."""
+    fallback (a file system without O_DIRECT, a tail shorter than a block). A piece starts
+    at a multiple of READ_PIECE, in the file and in ``into`` (page-aligned own memory), so
+    its offset and its memory are aligned for a direct read; its length is, but for the
+    file's tail."""
 
     def __init__(self, fd: int, into: memoryview, size: int) -> None:
-        self._fd, self._into, self._size = fd, into, size
+        self._fd, self._into = fd, into
         self._direct = _open_direct(fd)
         starts = range(0, size, READ_PIECE)
         # As many readers as pieces, at most KEPT_READERS (a small file: one).
@@ -316,7 +331,7 @@ def _hash_kept(
     contents = _own_memory(size)
     into = memoryview(contents.numpy())
     reader = _KeptReader(fd, into, size)
-    jobs = []
+    jobs: list[Future] = []
     try:
         if range_bytes is None:
             digest = hashlib.sha256()
@@ -330,11 +345,7 @@ def _hash_kept(
             jobs.append(hashers.submit(_sha256, into[start:end]))
         return [job.result() for job in jobs], contents
     finally:
-        for job in jobs:
-            job.cancel()
-        for job in jobs:
-            if not job.cancelled():
-                job.exception()
+        _settle(jobs)
         reader.close()
 
 

@@ -33,6 +33,11 @@ Nothing the pipeline did not make is ever deleted (issue 31):
 - Keys hold no location: the training stage is keyed by the run config's identity (its
   content without paths, trainer/train/checkpointing.py identity_hash), so a run
   directory copied or moved elsewhere reuses every stage and resumes its training.
+- Keys hold the code: every stage that builds an artifact from its inputs (tokenizer,
+  shards, export, baseline, plots) is keyed by the trainer's source too
+  (state.code_fingerprint), so an edited or upgraded trainer makes them again. The training
+  stage is not: a run resumes, and a finished one is kept, across versions of the trainer
+  (a checkpoint carries its own format version, which the loader checks).
 
 The run directory is what C-TRAINING-LOOP's checkpoint gates call a loop run directory
 (run.yaml, tokenizer/, data/, train/), so `gates check GATE-TRAIN-LOOP-015 --artifact
@@ -60,6 +65,7 @@ from trainer.config.sections import RunConfig
 from trainer.pipeline.state import (
     PipelineError,
     PipelineState,
+    code_fingerprint,
     files_fingerprint,
     stage_key,
 )
@@ -123,6 +129,7 @@ class Job:
     state: PipelineState
     cfg: RunConfig  # the user's config, checked
     corpus: dict  # the corpus fingerprint: sha256, files, bytes, skipped
+    code: str  # the trainer's source (state.code_fingerprint): in the artifact stages' keys
     run_cfg: RunConfig | None = None  # run.yaml, checked: set by the training stage's inputs
 
 
@@ -185,7 +192,7 @@ class Pipeline:
                 self._claim(moving=True)  # again, holding the lock: nobody else writes now
                 state = PipelineState.load(self.out)
                 state.claim()  # pipeline.json first: a kill in stage 1 leaves the dir ours
-                job = Job(state, cfg, self._corpus_fingerprint())
+                job = Job(state, cfg, self._corpus_fingerprint(), code_fingerprint())
                 for number, stage in enumerate(STAGES, start=1):
                     self.say(f"[{number}/{len(STAGES)}] {stage.name}")
                     self._run_stage(stage, job)
@@ -303,6 +310,7 @@ class Pipeline:
             "corpus": job.corpus["sha256"],
             "vocab_size": job.cfg.model.vocab_size,
             "min_frequency": TOKENIZER_MIN_FREQUENCY,
+            "code": job.code,
         }
 
     def _make_tokenizer(self, job: Job, key: str) -> Made:
@@ -312,7 +320,9 @@ class Pipeline:
 
         vocab = job.cfg.model.vocab_size
         target = self.paths.tokenizer
-        self._make_room(job.state, "tokenizer", target, "another corpus or vocabulary")
+        self._make_room(
+            job.state, "tokenizer", target, "another corpus, vocabulary or trainer code"
+        )
         try:
             train_tokenizer(
                 list(self.options.inputs),
@@ -331,13 +341,14 @@ class Pipeline:
             "corpus": job.corpus["sha256"],
             "tokenizer": job.state.output("tokenizer", "sha256"),
             "val_fraction": self.options.val_fraction,
+            "code": job.code,
         }
 
     def _make_data(self, job: Job, key: str) -> Made:
         from trainer.data.encode import ENCODE_ERRORS, corpus_files, encode_corpus  # noqa: PLC0415
 
         target = self.paths.data
-        self._make_room(job.state, "data", target, "another corpus or tokenizer")
+        self._make_room(job.state, "data", target, "another corpus, tokenizer or trainer code")
         try:
             files, skipped = corpus_files(list(self.options.inputs), False, self.progress)
             encode_corpus(
@@ -484,13 +495,16 @@ class Pipeline:
         return {
             "checkpoint": job.state.output("train", "manifest_sha256"),
             "tokenizer": job.state.output("tokenizer", "sha256"),
+            "code": job.code,
         }
 
     def _make_export(self, job: Job, key: str) -> Made:
         from trainer.checkpoint.export import EXPORT_ERRORS, export_checkpoint  # noqa: PLC0415
 
         target = self.paths.export
-        self._make_room(job.state, "export", target, "another checkpoint or tokenizer")
+        self._make_room(
+            job.state, "export", target, "another checkpoint, tokenizer or trainer code"
+        )
         try:
             export_checkpoint(self._checkpoint(job), target, tokenizer_dir=self.paths.tokenizer)
         except EXPORT_ERRORS as exc:
@@ -508,6 +522,7 @@ class Pipeline:
             "data": job.state.output("data", "sha256"),
             "steps": _steps_done(self._checkpoint(job)),
             "eval_tokens": job.run_cfg.training.eval_tokens,
+            "code": job.code,
         }
 
     def _make_baseline(self, job: Job, key: str) -> Made:
@@ -526,13 +541,13 @@ class Pipeline:
         return Made({self._rel(target): sha256_file(target)}, note=note)
 
     def _plots_inputs(self, job: Job) -> dict:
-        return {"metrics": sha256_file(self.paths.train.metrics)}
+        return {"metrics": sha256_file(self.paths.train.metrics), "code": job.code}
 
     def _make_plots(self, job: Job, key: str) -> Made:
         from trainer.plot.write import PlotError, write_plots  # noqa: PLC0415
 
         target = self.paths.plots
-        self._make_room(job.state, "plots", target, "the run's metrics changed")
+        self._make_room(job.state, "plots", target, "the run's metrics or the trainer code changed")
         try:
             write_plots([self.paths.train.root], target)
         except PlotError as exc:

@@ -6,7 +6,8 @@
     state.record("tokenizer", key, outputs={"tokenizer/tokenizer.json": sha}, seconds=6.1)
 
 A stage is reused only when both hold: its key - the sha256 of its inputs (content hashes
-of the files it reads and the options it was given) - equals the recorded one, and every
+of the files it reads, the options it was given and, for a stage that builds an artifact,
+the trainer's own source: code_fingerprint) - equals the recorded one, and every
 output it recorded still has the sha256 it had when the stage finished. Anything else
 redoes the stage, and the stages after it see new input hashes and are redone in turn.
 pipeline.json is replaced atomically after each stage, so a run killed mid-stage finds
@@ -52,6 +53,19 @@ def files_fingerprint(paths: Iterable[Path]) -> tuple[str, int, int]:
         count += 1
         size += Path(path).stat().st_size
     return digest.hexdigest(), count, size
+
+
+def code_fingerprint(package: Path | None = None) -> str:
+    """sha256 over every source file (.py, .c) of the trainer package (or ``package``, a
+    directory), by path and content. An artifact is a function of the code that built it:
+    with this in its key, a tokenizer or shards made by an edited or upgraded trainer are
+    made again, never served from the run directory as if this code had made them."""
+    root = Path(package) if package is not None else Path(__file__).resolve().parents[1]
+    sources = sorted(p for p in root.rglob("*") if p.suffix in (".py", ".c") and p.is_file())
+    digest = hashlib.sha256()
+    for path in sources:
+        digest.update(f"{path.relative_to(root).as_posix()}\0{sha256_file(path)}\n".encode())
+    return digest.hexdigest()
 
 
 def stage_key(inputs: dict) -> str:

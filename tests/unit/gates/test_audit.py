@@ -18,6 +18,7 @@ from unittest import mock
 
 import pytest
 
+from gates.audit import bound_tests
 from gates.cli import gates as gates_cli
 from gates.runner import testrun
 from tools import compare_audits
@@ -426,3 +427,21 @@ def test_a_pytest_started_by_a_test_does_not_write_the_audits_failures(tmp_path,
     (tmp_path / "pyproject.toml").write_text("")
     out = testrun.run_node(tmp_path, "test_nested.py::test_outer")
     assert (out.outcome, out.failures) == ("passed", ()), out.output
+
+
+def test_a_crash_that_recorded_no_failure_shows_the_last_line_the_run_printed():
+    """A segfault in C code or an os._exit leaves pytest nothing to record: the run's last
+    line is all there is to go on, so the row shows it (and says nothing for a pass)."""
+    printed = "collected 1 item\n\nFatal Python error: Segmentation fault\n\n"
+    note = bound_tests.note_of("crashed", printed)
+    assert note == "Fatal Python error: Segmentation fault"
+    row = bound_tests.AuditRow("C", "FALSIFY-X-001", "t.py::test", None, "crashed", 0.4, note=note)
+    assert row.verdict == "REAL CODE CRASHED"
+    assert row.why() == [
+        "pytest failed but recorded no failure (is the shipgate plugin loaded?)",
+        "last line: Fatal Python error: Segmentation fault",
+    ]
+    assert bound_tests.note_of("error", "usage: pytest\nERROR: file not found: t.py\n") == (
+        "ERROR: file not found: t.py"
+    )
+    assert bound_tests.note_of("passed", printed) == bound_tests.note_of("failed", printed) == ""

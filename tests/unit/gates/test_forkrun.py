@@ -300,3 +300,32 @@ def test_a_traced_fork_reads_what_a_fresh_traced_process_reads_the_tracers_packa
     fresh, forked = read
     assert {"gates/__init__.py", "tests/unit/gates/test_semver.py"} <= fresh
     assert forked == fresh
+
+
+def _pooled_env(jobs: int) -> list[dict[str, str | None]]:
+    """What each of three tasks run by run_pooled sees of the OpenMP variables."""
+    seen: list[dict[str, str | None]] = []
+
+    def task(_interpreter) -> None:
+        seen.append(
+            {name: os.environ.get(name) for name in (forkrun.OMP_WAIT, forkrun.OMP_THREADS)}
+        )
+
+    forkrun.run_pooled(Path.cwd(), [task] * 3, jobs=jobs, warm=False)
+    return seen
+
+
+def test_runs_side_by_side_get_their_share_of_the_cores_unless_the_caller_chose(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    for name in (forkrun.OMP_WAIT, forkrun.OMP_THREADS):
+        monkeypatch.delenv(name, raising=False)
+    share = {forkrun.OMP_WAIT: "PASSIVE", forkrun.OMP_THREADS: "2"}  # 4 cores, 2 at a time
+    assert _pooled_env(jobs=2) == [share] * 3
+    assert forkrun.OMP_THREADS not in os.environ and forkrun.OMP_WAIT not in os.environ
+    # One at a time: a run has every core, as when run alone.
+    assert _pooled_env(jobs=1) == [{forkrun.OMP_WAIT: None, forkrun.OMP_THREADS: None}] * 3
+    # What the caller set is kept, and left set.
+    monkeypatch.setenv(forkrun.OMP_THREADS, "3")
+    assert _pooled_env(jobs=2) == [{forkrun.OMP_WAIT: "PASSIVE", forkrun.OMP_THREADS: "3"}] * 3
+    assert os.environ[forkrun.OMP_THREADS] == "3" and forkrun.OMP_WAIT not in os.environ
+    assert forkrun.core_share(8) == 1  # never none

@@ -81,3 +81,30 @@ def test_prune_removes_a_killed_pointer_writes_temp_file_and_nothing_else(tmp_pa
     assert [p.name for p in removed] == [stray.name]
     assert not stray.exists() and lookalike.exists()
     assert (tmp_path / LATEST_POINTER).read_text() == step_dir_name(10) + "\n"
+
+
+def test_prune_reads_no_checkpoint_while_there_are_at_most_k_and_every_one_past_k(
+    tmp_path, monkeypatch
+):
+    """Nothing can be pruned from K checkpoints: verifying them (every byte read) is skipped,
+    and the leftovers of killed saves are still cleared. One more, and each is verified
+    before any is deleted."""
+    from trainer.checkpoint import retention  # noqa: PLC0415
+
+    model, optimizer = trained(steps=1)
+    for step in (5, 10):
+        save(tmp_path, step, model, optimizer)
+    (tmp_path / (step_dir_name(15) + ".tmp")).mkdir()  # a crashed save's staging directory
+    verified = []
+
+    def counted(path, *args, **kwargs):
+        verified.append(Path(path).name)
+        return inspect_checkpoint(path, *args, **kwargs)
+
+    monkeypatch.setattr(retention, "inspect_checkpoint", counted)
+    removed = prune(tmp_path, keep=2)
+    assert verified == [] and [p.name for p in removed] == [step_dir_name(15) + ".tmp"]
+    save(tmp_path, 15, model, optimizer)
+    removed = prune(tmp_path, keep=2)
+    assert sorted(verified) == [step_dir_name(s) for s in (5, 10, 15)]
+    assert [p.name for p in removed] == [step_dir_name(5)]

@@ -495,3 +495,26 @@ def _records(run: Path) -> list[dict]:
 
 def _last_loss(run: Path) -> float:
     return _records(run)[-1]["loss"]
+
+
+def test_the_gates_stage_is_keyed_by_the_contracts_projects_code_wherever_it_runs(
+    tmp_path, monkeypatch
+):
+    """The gates measure the project that holds the contracts: its HEAD and uncommitted
+    changes key the stage whatever directory the pipeline runs in, and off git (the code
+    cannot be told) the key is new every run, so a verdict is never served after a change."""
+    project = tmp_path / "project"
+    (project / "contracts").mkdir(parents=True)
+    (project / "measure.py").write_text("THRESHOLD = 1\n")
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    for args in (["init", "-q"], ["add", "measure.py"], ["commit", "-q", "-m", "first"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # not a git work tree: where the pipeline was started
+    first = pipeline_run._git_tree(project / "contracts")
+    assert first == pipeline_run._git_tree(project / "contracts")  # reusable
+    assert not first.startswith("not in a git work tree")
+    (project / "measure.py").write_text("THRESHOLD = 2\n")  # the measurement edited
+    assert pipeline_run._git_tree(project / "contracts") != first
+    assert pipeline_run._git_tree(elsewhere) != pipeline_run._git_tree(elsewhere)

@@ -571,7 +571,7 @@ class Pipeline:
         return {
             "checkpoint": job.state.output("train", "manifest_sha256"),
             "contracts": {p.name: sha256_file(p) for p in contracts},
-            "code": _git_tree(),
+            "code": {"trainer": job.code, "project": _git_tree(self.options.contracts)},
         }
 
     def _make_gates(self, job: Job, key: str) -> Made:
@@ -754,17 +754,23 @@ def _tree_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
-def _git_tree() -> str:
-    """The code the gates measure: HEAD plus a hash of uncommitted changes ("" off git)."""
+def _git_tree(where: Path) -> str:
+    """The code the gates measure: HEAD of the git work tree holding ``where`` (the
+    contracts: their project's measurements run, wherever the pipeline was started) plus a
+    hash of its uncommitted changes to tracked files. Off git the code cannot be told, so
+    the key is one no other run has: the gates are measured again every run, never served
+    from an earlier one (the key was "" once, and a verdict outlived any change of code)."""
+    import hashlib  # noqa: PLC0415
+    import uuid  # noqa: PLC0415
+
+    git = ["git", "-C", str(where)]
     try:
         head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+            [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
-        diff = subprocess.run(["git", "diff", "HEAD"], capture_output=True, check=True).stdout
+        diff = subprocess.run([*git, "diff", "HEAD"], capture_output=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
-        return ""
-    import hashlib  # noqa: PLC0415
-
+        return f"not in a git work tree: measured again ({uuid.uuid4()})"
     return f"{head}+{hashlib.sha256(diff).hexdigest()[:16]}"
 
 

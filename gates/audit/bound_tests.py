@@ -120,8 +120,10 @@ def select_tests(contracts: list[Contract], contract_id: str | None, gate_id: st
                 yield c, t
 
 
-#: A run and how long the last audit took for it, so the longest start first.
-TimedTask = tuple[float, Callable[[forkrun.WarmInterpreter | None], None]]
+#: A run, how long the last audit took for it (so the longest start first) and its group:
+#: the test node or the gate it runs, whose runs are not started side by side while
+#: another's can be (gates.runner.forkrun.run_pooled).
+TimedTask = tuple[float, str, Callable[[forkrun.WarmInterpreter | None], None]]
 
 
 def run_longest_first(root: Path, tasks: list[TimedTask], *, jobs: int, warm: bool) -> None:
@@ -129,7 +131,13 @@ def run_longest_first(root: Path, tasks: list[TimedTask], *, jobs: int, warm: bo
     last audit first, so the slowest is not left for last on one worker; in the given order
     otherwise."""
     ordered = sorted(tasks, key=lambda timed: -timed[0])
-    forkrun.run_pooled(root, [task for _, task in ordered], jobs=jobs, warm=warm)
+    forkrun.run_pooled(
+        root,
+        [task for _, _, task in ordered],
+        jobs=jobs,
+        warm=warm,
+        groups=[group for _, group, _ in ordered],
+    )
 
 
 def finished(rows: list) -> list:
@@ -197,7 +205,8 @@ def plan_audit(
                 progress(rows[index])
 
     tasks = [
-        (expected.get((run[2].test, run[3]), 0.0), functools.partial(run_one, *run)) for run in runs
+        (expected.get((run[2].test, run[3]), 0.0), run[2].test, functools.partial(run_one, *run))
+        for run in runs
     ]
     return rows, tasks
 

@@ -186,6 +186,7 @@ def plan_measurement_audit(
     tasks = [
         (
             expected.get((run.gate.id, run.mutant), 0.0),
+            run.gate.id,
             lambda interpreter, run=run: measure_one(run, interpreter),
         )
         for run in runs

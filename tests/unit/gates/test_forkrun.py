@@ -329,3 +329,45 @@ def test_runs_side_by_side_get_their_share_of_the_cores_unless_the_caller_chose(
     assert _pooled_env(jobs=2) == [{forkrun.OMP_WAIT: "PASSIVE", forkrun.OMP_THREADS: "3"}] * 3
     assert os.environ[forkrun.OMP_THREADS] == "3" and forkrun.OMP_WAIT not in os.environ
     assert forkrun.core_share(8) == 1  # never none
+
+
+def test_two_runs_of_one_group_start_side_by_side_only_when_nothing_else_waits():
+    """In order, but a run whose group (its test) is running waits while another group's
+    can start: two runs of the 370M checkpoint test side by side took as long as one after
+    the other. With only that group left, its runs do share the workers."""
+    started: list[str] = []
+    second_a_started = threading.Event()
+
+    def task(name: str):
+        def run(_interpreter) -> None:
+            started.append(name)
+            if name == "a1":  # long: runs until another run of its group has started
+                assert second_a_started.wait(timeout=10), "a2 never ran beside a1"
+            elif name == "a2":
+                second_a_started.set()
+
+        return run
+
+    names = ["a1", "a2", "a3", "b1", "b2"]  # longest first, as the audit orders them
+    groups = [n[0] for n in names]
+    forkrun.run_pooled(Path.cwd(), [task(n) for n in names], jobs=2, warm=False, groups=groups)
+    assert set(started[:2]) == {"a1", "b1"}  # not a1 and a2
+    assert started[2:] == ["b2", "a2", "a3"]  # every b before a second a
+    with pytest.raises(ValueError, match="2 groups for 3 tasks"):
+        forkrun.run_pooled(Path.cwd(), [task("x")] * 3, jobs=2, warm=False, groups=["g", "g"])
+
+
+def test_the_first_task_to_raise_stops_the_pool_and_is_raised():
+    ran: list[int] = []
+
+    def task(n: int):
+        def run(_interpreter) -> None:
+            ran.append(n)
+            if n == 1:
+                raise OSError(28, "No space left on device")
+
+        return run
+
+    with pytest.raises(OSError, match="No space left"):
+        forkrun.run_pooled(Path.cwd(), [task(n) for n in range(20)], jobs=2, warm=False)
+    assert 1 in ran and len(ran) < 20

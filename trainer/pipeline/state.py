@@ -61,11 +61,8 @@ def code_fingerprint(package: Path | None = None) -> str:
     with this in its key, a tokenizer or shards made by an edited or upgraded trainer are
     made again, never served from the run directory as if this code had made them."""
     root = Path(package) if package is not None else Path(__file__).resolve().parents[1]
-    sources = sorted(p for p in root.rglob("*") if p.suffix in (".py", ".c") and p.is_file())
-    digest = hashlib.sha256()
-    for path in sources:
-        digest.update(f"{path.relative_to(root).as_posix()}\0{sha256_file(path)}\n".encode())
-    return digest.hexdigest()
+    sources = (p for p in root.rglob("*") if p.suffix in (".py", ".c") and p.is_file())
+    return canonical_sha256({p.relative_to(root).as_posix(): sha256_file(p) for p in sources})
 
 
 def stage_key(inputs: dict) -> str:

@@ -45,16 +45,15 @@ def _padded_rows():
     return rows
 
 
-def _child(micro_batch: int, out: Path) -> None:
-    """One run (under torchrun: one rank of it); rank 0 writes OUT/result.json and weights."""
+def _train(micro_batch: int, out: Path) -> None:
+    """One run on one intra-op thread (under torchrun: one rank of it, two ranks on two
+    cores); rank 0 writes OUT/result.json and weights."""
     import torch  # noqa: PLC0415
     from safetensors.torch import save_file  # noqa: PLC0415
 
-    from gates import mutants  # noqa: PLC0415
     from trainer.train.loop import train  # noqa: PLC0415
 
-    mutants.apply_from_env(Path(__file__).resolve().parents[2])  # reaches every rank
-    torch.set_num_threads(1)  # two ranks on two cores
+    torch.set_num_threads(1)
     config = _config(
         {
             "data.micro_batch": micro_batch,
@@ -76,18 +75,25 @@ def _child(micro_batch: int, out: Path) -> None:
 
 
 def _launch(root: Path, out: Path, *, nproc: int, micro_batch: int) -> dict:
-    out.mkdir(parents=True)
-    args = ["-m", CHILD, str(micro_batch), str(out)]
-    launcher = (
-        ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
-        if nproc > 1
-        else []
-    )
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "SHIPGATE_DIST_TIMEOUT_S": "60"}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    subprocess.run([sys.executable, *launcher, *args], cwd=root, env=env, check=True, timeout=600)
+    """``nproc`` torchrun ranks, or (nproc 1) the run in this process, under the mutant
+    this process holds (no second interpreter's start-up: ~3 s, paid per audited mutant);
+    the thread count is restored after."""
+    import torch  # noqa: PLC0415
     from safetensors.torch import load_file  # noqa: PLC0415
 
+    out.mkdir(parents=True)
+    if nproc > 1:
+        launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "SHIPGATE_DIST_TIMEOUT_S": "60"}
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        args = [*launcher, "-m", CHILD, str(micro_batch), str(out)]
+        subprocess.run([sys.executable, *args], cwd=root, env=env, check=True, timeout=600)
+    else:
+        threads = torch.get_num_threads()
+        try:
+            _train(micro_batch, out)
+        finally:
+            torch.set_num_threads(threads)
     record = json.loads((out / "result.json").read_text(encoding="utf-8"))
     record["weights"] = load_file(str(out / "weights.safetensors"))
     return record
@@ -154,5 +160,8 @@ def max_relative_difference(ctx: GateContext) -> Measurement:
     )
 
 
-if __name__ == "__main__":
-    _child(int(sys.argv[1]), Path(sys.argv[2]))
+if __name__ == "__main__":  # a torchrun rank
+    from gates import mutants
+
+    mutants.apply_from_env(Path(__file__).resolve().parents[2])  # reaches every rank
+    _train(int(sys.argv[1]), Path(sys.argv[2]))

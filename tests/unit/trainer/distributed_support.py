@@ -64,6 +64,23 @@ def run_child(out: Path, spec: dict, *, nproc: int | None) -> dict:
     return read_result(out)
 
 
+def run_here(out: Path, spec: dict) -> dict:
+    """distributed_child's run of ``spec`` in this process (world size 1, this process's
+    mutant, one intra-op thread as a rank has, the count restored after): the one-process
+    reference without a second interpreter's start-up (~3 s of imports)."""
+    import torch  # noqa: PLC0415
+
+    from tests.unit.trainer import distributed_child  # noqa: PLC0415
+
+    out.mkdir(parents=True, exist_ok=True)
+    before = torch.get_num_threads()
+    try:
+        distributed_child.run(spec, out)
+    finally:
+        torch.set_num_threads(before)
+    return read_result(out)
+
+
 def _progress(out: Path, spec: dict) -> str:
     """How far a failed launch got: the runs whose result.json rank 0 wrote (each rank says
     on stderr when it has finished and left the process group)."""

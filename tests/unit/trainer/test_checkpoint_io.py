@@ -77,6 +77,55 @@ def test_the_hashing_writer_writes_save_file_s_bytes_and_hashes_exactly_them(
     assert all(torch.equal(back[n], t) for n, t in tensors.items())
 
 
+@pytest.mark.parametrize("how", ["direct", "buffered", "direct refused mid-file"])
+def test_a_large_file_written_directly_holds_save_file_s_bytes(tmp_path, monkeypatch, how):
+    """A tensor file of DIRECT_BYTES or more goes to the device directly (O_DIRECT) through
+    an aligned buffer, its tail padded to a block and the file cut back to its size; a file
+    system that refuses a direct write mid-file gets the rest buffered; below DIRECT_BYTES
+    every write is buffered. The same bytes and entry every way. The buffer is made much
+    smaller than the file (many flushes) and the file's size is no whole number of blocks."""
+    monkeypatch.setattr(durable, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(durable, "DIRECT_WRITE_BYTES", 3 * durable.DIRECT_ALIGN)
+    monkeypatch.setattr(durable, "DIRECT_BYTES", 10**12 if how == "buffered" else 0)
+    probe = os.open(tmp_path / "probe", os.O_WRONLY | os.O_CREAT, 0o666)
+    direct_here = durable._set_direct(probe, on=True)
+    os.close(probe)
+    if not direct_here and how != "buffered":
+        pytest.skip(f"{tmp_path}: no direct writes on this file system")
+    tensors = _mixed()
+    save_file(tensors, str(tmp_path / "reference"), metadata={"format": "pt"})
+    reference = (tmp_path / "reference").read_bytes()
+    assert len(reference) > 10 * durable.DIRECT_WRITE_BYTES
+    assert len(reference) % durable.DIRECT_ALIGN, "the tail must need padding"
+    writes = {"direct": 0, "buffered": 0, "refused": 0}
+    real_write = os.write
+
+    def writing(fd, data):
+        if durable._direct(fd):
+            writes["direct"] += 1
+            if how == "direct refused mid-file" and writes["direct"] == 4:
+                writes["refused"] += 1
+                raise OSError(errno.EINVAL, "Invalid argument")
+        else:
+            writes["buffered"] += 1
+        return real_write(fd, data)
+
+    monkeypatch.setattr(durable.os, "write", writing)
+    try:
+        entry = durable.write_tensors(tmp_path / "ours", tensors, {"format": "pt"}).entry()
+    except OSError as exc:
+        pytest.fail(f"the write failed ({how}): {exc!r}")
+    monkeypatch.undo()
+    assert (tmp_path / "ours").read_bytes() == reference, "not save_file's bytes"
+    assert entry == manifest_entry(reference, manifest.RANGE_BYTES)
+    if how == "direct":
+        assert writes["direct"] > 10 and writes["buffered"] == 0, writes
+    elif how == "buffered":
+        assert writes["direct"] == 0 and writes["buffered"] > 10, writes
+    else:
+        assert writes["refused"] == 1 and writes["direct"] == 4 and writes["buffered"] > 5
+
+
 def test_write_json_s_entry_is_the_file_s(tmp_path):
     entry = durable.write_json(tmp_path / "x.json", {"b": [1, 2.5, "é"], "a": None})
     data = (tmp_path / "x.json").read_bytes()
@@ -290,42 +339,31 @@ def test_a_damaged_newer_checkpoint_is_skipped_and_its_bytes_are_not_kept(tmp_pa
     assert not damaged.valid and all(v.contents is None for v in damaged.files)
 
 
-@pytest.mark.parametrize(
-    "how", ["direct", "buffered", "direct refused mid-file", "direct reads cut short"]
-)
-def test_a_kept_file_holds_exactly_its_bytes_however_it_was_read(tmp_path, monkeypatch, how):
-    """A load's files are read into own memory by several readers in pieces, directly from
-    the device where the file system allows it (O_DIRECT), buffered otherwise or where a
-    direct read is refused or returns less; ranges hashed as their pieces arrive (every
-    read is slowed, so a range hashed before its last piece is in would be caught). Pieces,
-    ranges and the direct block are made not to line up (a range ends mid-piece, the file
-    mid-block)."""
-    monkeypatch.setattr(manifest, "RANGE_BYTES", 5 * 4096 + 1000)
-    monkeypatch.setattr(manifest, "MIN_RANGE_BYTES", 4096)
-    monkeypatch.setattr(verify, "READ_PIECE", 2 * 4096)
-    model, optimizer = trained(steps=2)
-    path = save(tmp_path, 4, model, optimizer)
-    probe = os.open(path / OPTIMIZER_FILE, os.O_RDONLY)
+READ_FAULTS = ["direct", "buffered", "direct refused mid-file", "direct reads cut short"]
+
+
+def _reads_as(monkeypatch, path, how: str, *, pause: float = 0.0) -> dict[str, int]:
+    """verify's reads counted by kind (direct or buffered, told by the descriptor's flags:
+    a closed direct descriptor's number is reused) with ``how``'s fault in the direct
+    ones: none, no direct descriptor at all, every third refused (EINVAL), or each cut to
+    one block; every read takes ``pause`` longer. Skips where ``path``'s file system has
+    no direct reads and ``how`` needs them."""
+    probe = os.open(path, os.O_RDONLY)
     direct = verify._open_direct(probe)
     os.close(probe)
     if direct is None and how != "buffered":
-        pytest.skip(f"{tmp_path}: no direct reads on this file system")
+        pytest.skip(f"{path}: no direct reads on this file system")
     if direct is not None:
         os.close(direct)
     real_open, real_pread = verify._open_direct, os.preadv
-    direct_fds: set[int] = set()
     reads = {"direct": 0, "refused": 0, "buffered": 0}
 
     def opening(fd):
-        if how == "buffered":
-            return None
-        opened = real_open(fd)
-        direct_fds.add(opened)
-        return opened
+        return None if how == "buffered" else real_open(fd)
 
     def reading(fd, buffers, offset, *args):
-        time.sleep(0.002)
-        if fd in direct_fds:
+        time.sleep(pause)
+        if durable._direct(fd):
             reads["direct"] += 1
             if how == "direct refused mid-file" and reads["direct"] % 3 == 0:
                 reads["refused"] += 1
@@ -340,17 +378,38 @@ def test_a_kept_file_holds_exactly_its_bytes_however_it_was_read(tmp_path, monke
 
     monkeypatch.setattr(verify, "_open_direct", opening)
     monkeypatch.setattr(verify.os, "preadv", reading)
+    return reads
+
+
+def _read_as_asked(reads: dict[str, int], how: str) -> None:
+    if how == "buffered":
+        assert reads["direct"] == 0 and reads["buffered"] > 0
+    else:
+        assert reads["direct"] > 10, f"the files were not read directly: {reads}"
+    if how.startswith("direct "):
+        assert reads["refused"] > 0
+
+
+@pytest.mark.parametrize("how", READ_FAULTS)
+def test_a_kept_file_holds_exactly_its_bytes_however_it_was_read(tmp_path, monkeypatch, how):
+    """A load's files are read into own memory by several readers in pieces, directly from
+    the device where the file system allows it (O_DIRECT), buffered otherwise or where a
+    direct read is refused or returns less; ranges hashed as their pieces arrive (every
+    read is slowed, so a range hashed before its last piece is in would be caught). Pieces,
+    ranges and the direct block are made not to line up (a range ends mid-piece, the file
+    mid-block)."""
+    monkeypatch.setattr(manifest, "RANGE_BYTES", 5 * 4096 + 1000)
+    monkeypatch.setattr(manifest, "MIN_RANGE_BYTES", 4096)
+    monkeypatch.setattr(verify, "READ_PIECE", 2 * 4096)
+    model, optimizer = trained(steps=2)
+    path = save(tmp_path, 4, model, optimizer)
+    reads = _reads_as(monkeypatch, path / OPTIMIZER_FILE, how, pause=0.002)
     verified = load.verify_for_load(path, architecture=model.config)
     assert verified.valid, verified.problems
     for name in load.LOADED:
         kept = verified.contents(name)
         assert kept is not None and bytes(kept.numpy()) == (path / name).read_bytes(), name
-    if how == "buffered":
-        assert reads["direct"] == 0 and reads["buffered"] > 0
-    else:
-        assert reads["direct"] > 10, f"the kept files were not read directly: {reads}"
-    if how.startswith("direct "):
-        assert reads["refused"] > 0
+    _read_as_asked(reads, how)
 
 
 def test_a_damaged_byte_is_refused_naming_its_range_when_read_directly(tmp_path, monkeypatch):
@@ -368,6 +427,34 @@ def test_a_damaged_byte_is_refused_naming_its_range_when_read_directly(tmp_path,
     assert report.problems == [
         f"{path / OPTIMIZER_FILE}: sha256 differs from the manifest in bytes {width}-"
         f"{2 * width} (range 2 of {-(-size // width)})"
+    ]
+
+
+@pytest.mark.parametrize("how", READ_FAULTS)
+def test_a_checked_file_is_hashed_from_its_bytes_however_it_was_read(tmp_path, monkeypatch, how):
+    """A file checked but not kept (inspect, retention) is read range by range directly
+    from the device where the file system allows it (several pieces at once), buffered
+    otherwise or where a direct read is refused or returns less: the undamaged checkpoint
+    verifies, and a flipped byte is refused naming its range, every way. Ranges are whole
+    blocks here (so they can be read directly); the file ends mid-block."""
+    monkeypatch.setattr(manifest, "RANGE_BYTES", 6 * 4096)
+    monkeypatch.setattr(manifest, "MIN_RANGE_BYTES", 4096)
+    monkeypatch.setattr(verify, "READ_PIECE", 2 * 4096)
+    model, optimizer = trained(steps=2)
+    path = save(tmp_path, 4, model, optimizer)
+    reads = _reads_as(monkeypatch, path / OPTIMIZER_FILE, how)
+    report = verify.inspect_checkpoint(path)
+    assert report.valid, report.problems
+    _read_as_asked(reads, how)
+    data = bytearray((path / OPTIMIZER_FILE).read_bytes())
+    assert len(data) % 4096 and len(data) > 4 * 6 * 4096
+    data[13 * 4096 + 5] ^= 1  # in the third range, its second piece
+    (path / OPTIMIZER_FILE).write_bytes(bytes(data))
+    damaged = verify.inspect_checkpoint(path)
+    width = 6 * 4096
+    assert damaged.problems == [
+        f"{path / OPTIMIZER_FILE}: sha256 differs from the manifest in bytes {2 * width}-"
+        f"{3 * width} (range 3 of {-(-len(data) // width)})"
     ]
 
 

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.unit.trainer.distributed_child import PAD, padded_rows
-from tests.unit.trainer.distributed_support import run_child
+from tests.unit.trainer.distributed_support import run_child, run_here
 from trainer.checkpoint.layout import RNG_JSON_FILE, RNG_TENSOR_FILE, checkpoint_dirs
 from trainer.train.sequences import epoch_order
 
@@ -60,7 +60,7 @@ def test_the_ranks_of_a_step_hold_unequal_target_counts():
 
 def test_two_ranks_equal_one_process_with_twice_the_micro_batch(two_rank_run, tmp_path):
     out, two = two_rank_run
-    one = run_child(tmp_path / "one", ONE_PROCESS, nproc=None)
+    one = run_here(tmp_path / "one", ONE_PROCESS)
     assert len(two["losses"]) == len(one["losses"]) == STEPS
     torch.testing.assert_close(
         torch.tensor(two["losses"]), torch.tensor(one["losses"]), rtol=1e-5, atol=0.0

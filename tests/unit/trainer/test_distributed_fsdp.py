@@ -20,8 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.unit.trainer import distributed_child
-from tests.unit.trainer.distributed_support import read_result, run_child
+from tests.unit.trainer.distributed_support import run_child, run_here
 from tests.unit.trainer.loop_support import tiny_config
 from trainer.checkpoint.layout import (
     CHECKPOINT_STATE_FILE,
@@ -66,13 +65,7 @@ def runs(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
         }
     }
     results = run_child(out, spec, nproc=2)
-    # The one-process reference in this process (world size 1): no second launch.
-    before = torch.get_num_threads()
-    try:
-        distributed_child.run(ONE_PROCESS, out / "one")
-    finally:
-        torch.set_num_threads(before)
-    results["one"] = read_result(out / "one")
+    results["one"] = run_here(out / "one", ONE_PROCESS)  # in this process: no second launch
     return out, results
 
 

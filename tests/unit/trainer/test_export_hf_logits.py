@@ -51,12 +51,10 @@ def _max_logit_diff(cfg, out_dir) -> float:
     prompts = torch.randint(
         0, cfg.vocab_size, (PROMPTS, PROMPT_LEN), generator=torch.Generator().manual_seed(0)
     )
-    worst = 0.0
+    # All prompts in one batch (equal lengths, no padding: each row is scored as alone);
+    # the max covers every prompt's logits, one forward pass of each model instead of 8.
     with torch.no_grad():
-        for prompt in prompts:  # one prompt at a time: every prompt's worst is checked
-            ids = prompt.unsqueeze(0)
-            worst = max(worst, (ours(ids) - theirs(ids).logits).abs().max().item())
-    return worst
+        return (ours(prompts) - theirs(prompts).logits).abs().max().item()
 
 
 @pytest.mark.ship_blocking

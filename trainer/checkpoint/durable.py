@@ -214,9 +214,9 @@ class _DirectWriter:
             try:
                 view = view[os.write(self._fd, view) :]
             except OSError as exc:
-                if exc.errno != errno.EINVAL or not _direct(self._fd):
+                if exc.errno != errno.EINVAL or not is_direct(self._fd):
                     raise
-                _set_direct(self._fd, on=False)  # refused: the rest through the page cache
+                set_direct(self._fd, on=False)  # refused: the rest through the page cache
         self._size += length
         self._filled = 0
 
@@ -225,11 +225,12 @@ class _DirectWriter:
         self._area.close()
 
 
-def _direct(fd: int) -> bool:
+def is_direct(fd: int) -> bool:
+    """Whether ``fd`` is open for direct I/O (O_DIRECT)."""
     return bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT)
 
 
-def _set_direct(fd: int, *, on: bool) -> bool:
+def set_direct(fd: int, *, on: bool) -> bool:
     """Switch direct I/O on or off for ``fd``; whether the file system took it."""
     flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     try:
@@ -239,9 +240,12 @@ def _set_direct(fd: int, *, on: bool) -> bool:
     return True
 
 
-def _writer(fd: int, total: int) -> _BufferedWriter | _DirectWriter:
-    """Direct for a file of DIRECT_BYTES or more where the file system takes O_DIRECT."""
-    if total >= DIRECT_BYTES and hasattr(os, "O_DIRECT") and _set_direct(fd, on=True):
+def file_writer(fd: int, total: int) -> _BufferedWriter | _DirectWriter:
+    """How a new file of ``total`` bytes is written to ``fd``: ``write(chunk)`` in order,
+    then ``finish()``, ``close()`` always. Directly for DIRECT_BYTES or more where the file
+    system takes O_DIRECT, else buffered. tools/bench_checkpoint.py's raw writes use it too
+    (no layout, hashing or manifest: the disk's bandwidth through the same I/O)."""
+    if total >= DIRECT_BYTES and hasattr(os, "O_DIRECT") and set_direct(fd, on=True):
         return _DirectWriter(fd)
     return _BufferedWriter(fd)
 
@@ -274,7 +278,7 @@ def write_hashed(path: Path, pieces: list[memoryview | bytes]) -> PendingEntry:
     digests: list[Future[str]] = []
     size = 0
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-    writer = _writer(fd, total)
+    writer = file_writer(fd, total)
     try:
         for chunk, done in cut_into_ranges(_chunks(pieces, CHUNK_BYTES), range_bytes):
             digests += [_submit(hashers, range_pieces) for range_pieces in done]

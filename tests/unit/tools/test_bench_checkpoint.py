@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import statistics
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 import torch
 
 from tools import bench_checkpoint as bench
-from trainer.checkpoint import load
+from trainer.checkpoint import durable, load
 from trainer.model.config import preset
 
 SECONDS = ("save_s", "raw_write_s", "load_s", "raw_read_s")
@@ -96,15 +97,25 @@ def test_eviction_takes_a_file_just_written_out_of_the_page_cache(tmp_path):
     assert bench.resident_fraction([path]) == left
 
 
-def test_the_raw_file_holds_the_source_bytes_in_order_at_the_exact_size(tmp_path):
+@pytest.mark.parametrize("io", ["buffered", "direct"])
+def test_the_raw_file_holds_the_source_bytes_in_order_at_the_exact_size(tmp_path, monkeypatch, io):
+    """Small files are written buffered; with DIRECT_BYTES lowered, directly (O_DIRECT where
+    the file system takes it: the tail padded, then cut). Read back buffered into a small
+    buffer, and directly into an aligned one: every byte counted either way."""
+    if io == "direct":
+        if bench.raw_io(tmp_path) != "direct":
+            pytest.skip(f"{tmp_path}: no direct I/O on this file system")
+        monkeypatch.setattr(durable, "DIRECT_BYTES", 0)
     sources = [memoryview(b"abcdefg"), memoryview(b""), memoryview(b"XYZ")]
     path = tmp_path / "raw.bin"
-    seconds = bench.raw_write(path, 23, sources, chunk_bytes=4)
+    size = 23 if io == "buffered" else 3 * durable.DIRECT_ALIGN + 23
+    seconds = bench.raw_write(path, size, sources, chunk_bytes=4)
     assert seconds > 0
-    assert path.read_bytes() == b"abcdefgXYZ" * 2 + b"abc"  # cycled, cut at 23 bytes
-    buffer = bytearray(5)
+    data = path.read_bytes()  # cycled, cut at ``size`` bytes
+    assert data == (b"abcdefgXYZ" * (size // 10 + 1))[:size]
+    buffer = bytearray(5) if io == "buffered" else mmap.mmap(-1, durable.DIRECT_ALIGN)
     read_s, got = bench.raw_read(path, buffer)
-    assert got == 23 and read_s > 0
+    assert got == size and read_s > 0
 
 
 def test_the_raw_source_is_the_checkpoints_tensor_bytes():

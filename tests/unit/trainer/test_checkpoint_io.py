@@ -88,7 +88,7 @@ def test_a_large_file_written_directly_holds_save_file_s_bytes(tmp_path, monkeyp
     monkeypatch.setattr(durable, "DIRECT_WRITE_BYTES", 3 * durable.DIRECT_ALIGN)
     monkeypatch.setattr(durable, "DIRECT_BYTES", 10**12 if how == "buffered" else 0)
     probe = os.open(tmp_path / "probe", os.O_WRONLY | os.O_CREAT, 0o666)
-    direct_here = durable._set_direct(probe, on=True)
+    direct_here = durable.set_direct(probe, on=True)
     os.close(probe)
     if not direct_here and how != "buffered":
         pytest.skip(f"{tmp_path}: no direct writes on this file system")
@@ -101,7 +101,7 @@ def test_a_large_file_written_directly_holds_save_file_s_bytes(tmp_path, monkeyp
     real_write = os.write
 
     def writing(fd, data):
-        if durable._direct(fd):
+        if durable.is_direct(fd):
             writes["direct"] += 1
             if how == "direct refused mid-file" and writes["direct"] == 4:
                 writes["refused"] += 1
@@ -363,7 +363,7 @@ def _reads_as(monkeypatch, path, how: str, *, pause: float = 0.0) -> dict[str, i
 
     def reading(fd, buffers, offset, *args):
         time.sleep(pause)
-        if durable._direct(fd):
+        if durable.is_direct(fd):
             reads["direct"] += 1
             if how == "direct refused mid-file" and reads["direct"] % 3 == 0:
                 reads["refused"] += 1

@@ -209,10 +209,10 @@ class _DirectWriter:
             os.ftruncate(self._fd, self._size - padded + tail)
 
     def _flush(self, length: int) -> None:
-        view = self._buffer[:length]
-        while view:
+        done = 0  # no view of the buffer named here: a failed write's traceback keeps none
+        while done < length:
             try:
-                view = view[os.write(self._fd, view) :]
+                done += os.write(self._fd, self._buffer[done:length])
             except OSError as exc:
                 if exc.errno != errno.EINVAL or not is_direct(self._fd):
                     raise
@@ -222,7 +222,11 @@ class _DirectWriter:
 
     def close(self) -> None:
         self._buffer.release()
-        self._area.close()
+        # A view may outlive a failed write (held by its traceback, or by a wrapper of
+        # os.write): the buffer is then unmapped when that goes, never a BufferError here
+        # in place of the write's own error (ENOSPC, EIO).
+        with contextlib.suppress(BufferError):
+            self._area.close()
 
 
 def is_direct(fd: int) -> bool:

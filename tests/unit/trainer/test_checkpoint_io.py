@@ -77,6 +77,34 @@ def test_the_hashing_writer_writes_save_file_s_bytes_and_hashes_exactly_them(
     assert all(torch.equal(back[n], t) for n, t in tensors.items())
 
 
+def test_a_full_disk_mid_file_is_the_error_a_direct_write_raises(tmp_path, monkeypatch):
+    """ENOSPC on the third direct write surfaces as itself, not as an error of cleaning up
+    after it: the failing write (a wrapper, as here, or the traceback) still holds a view of
+    the aligned buffer when the writer closes, so the buffer cannot be unmapped then."""
+    monkeypatch.setattr(durable, "DIRECT_BYTES", 0)
+    monkeypatch.setattr(durable, "DIRECT_WRITE_BYTES", durable.DIRECT_ALIGN)
+    probe = os.open(tmp_path / "probe", os.O_WRONLY | os.O_CREAT, 0o666)
+    if not durable.set_direct(probe, on=True):
+        pytest.skip(f"{tmp_path}: no direct writes on this file system")
+    os.close(probe)
+    real_write, writes = os.write, []
+
+    def filling(fd, data):
+        writes.append(len(data))
+        if len(writes) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(durable.os, "write", filling)
+    try:
+        durable.write_tensors(tmp_path / "ours", _mixed(), {"format": "pt"})
+    except Exception as exc:  # which error it is, is the assertion
+        raised = exc
+    else:
+        pytest.fail("a write that failed with ENOSPC returned")
+    assert isinstance(raised, OSError) and raised.errno == errno.ENOSPC, repr(raised)
+
+
 @pytest.mark.parametrize("how", ["direct", "buffered", "direct refused mid-file"])
 def test_a_large_file_written_directly_holds_save_file_s_bytes(tmp_path, monkeypatch, how):
     """A tensor file of DIRECT_BYTES or more goes to the device directly (O_DIRECT) through

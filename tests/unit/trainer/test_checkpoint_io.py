@@ -77,16 +77,25 @@ def test_the_hashing_writer_writes_save_file_s_bytes_and_hashes_exactly_them(
     assert all(torch.equal(back[n], t) for n, t in tensors.items())
 
 
+def _needs_direct_writes(directory) -> None:
+    """Skip unless ``directory``'s file system takes O_DIRECT writes (the probe file's
+    descriptor closed either way)."""
+    probe = os.open(directory / "probe", os.O_WRONLY | os.O_CREAT, 0o666)
+    try:
+        direct = durable.set_direct(probe, on=True)
+    finally:
+        os.close(probe)
+    if not direct:
+        pytest.skip(f"{directory}: no direct writes on this file system")
+
+
 def test_a_full_disk_mid_file_is_the_error_a_direct_write_raises(tmp_path, monkeypatch):
     """ENOSPC on the third direct write surfaces as itself, not as an error of cleaning up
     after it: the failing write (a wrapper, as here, or the traceback) still holds a view of
     the aligned buffer when the writer closes, so the buffer cannot be unmapped then."""
     monkeypatch.setattr(durable, "DIRECT_BYTES", 0)
     monkeypatch.setattr(durable, "DIRECT_WRITE_BYTES", durable.DIRECT_ALIGN)
-    probe = os.open(tmp_path / "probe", os.O_WRONLY | os.O_CREAT, 0o666)
-    if not durable.set_direct(probe, on=True):
-        pytest.skip(f"{tmp_path}: no direct writes on this file system")
-    os.close(probe)
+    _needs_direct_writes(tmp_path)
     real_write, writes = os.write, []
 
     def filling(fd, data):
@@ -115,11 +124,8 @@ def test_a_large_file_written_directly_holds_save_file_s_bytes(tmp_path, monkeyp
     monkeypatch.setattr(durable, "CHUNK_BYTES", 4096)
     monkeypatch.setattr(durable, "DIRECT_WRITE_BYTES", 3 * durable.DIRECT_ALIGN)
     monkeypatch.setattr(durable, "DIRECT_BYTES", 10**12 if how == "buffered" else 0)
-    probe = os.open(tmp_path / "probe", os.O_WRONLY | os.O_CREAT, 0o666)
-    direct_here = durable.set_direct(probe, on=True)
-    os.close(probe)
-    if not direct_here and how != "buffered":
-        pytest.skip(f"{tmp_path}: no direct writes on this file system")
+    if how != "buffered":
+        _needs_direct_writes(tmp_path)
     tensors = _mixed()
     save_file(tensors, str(tmp_path / "reference"), metadata={"format": "pt"})
     reference = (tmp_path / "reference").read_bytes()

@@ -19,7 +19,7 @@ import pytest
 from trainer.cli import main
 from trainer.config.load import load_config
 from trainer.pipeline import run as pipeline_run
-from trainer.pipeline.state import code_fingerprint
+from trainer.pipeline.state import code_fingerprint, project_fingerprint
 from trainer.runfiles.names import PIPELINE_STATE_FILE
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -500,21 +500,45 @@ def _last_loss(run: Path) -> float:
 def test_the_gates_stage_is_keyed_by_the_contracts_projects_code_wherever_it_runs(
     tmp_path, monkeypatch
 ):
-    """The gates measure the project that holds the contracts: its HEAD and uncommitted
-    changes key the stage whatever directory the pipeline runs in, and off git (the code
+    """The gates measure the project that holds the contracts: its HEAD, uncommitted changes
+    (binary files by content) and untracked files key the stage whatever directory the
+    pipeline runs in; ignored files and the run's own directory do not; off git (the code
     cannot be told) the key is new every run, so a verdict is never served after a change."""
     project = tmp_path / "project"
     (project / "contracts").mkdir(parents=True)
     (project / "measure.py").write_text("THRESHOLD = 1\n")
+    (project / "table.bin").write_bytes(b"\0\1\2")
+    (project / ".gitignore").write_text("scratch/\n")
     git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.com"]
-    for args in (["init", "-q"], ["add", "measure.py"], ["commit", "-q", "-m", "first"]):
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "first"]):
         subprocess.run([*git, *args], check=True, capture_output=True)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # not a git work tree: where the pipeline was started
-    first = pipeline_run._git_tree(project / "contracts")
-    assert first == pipeline_run._git_tree(project / "contracts")  # reusable
-    assert not first.startswith("not in a git work tree")
-    (project / "measure.py").write_text("THRESHOLD = 2\n")  # the measurement edited
-    assert pipeline_run._git_tree(project / "contracts") != first
-    assert pipeline_run._git_tree(elsewhere) != pipeline_run._git_tree(elsewhere)
+    run_dir = project / "my-run"  # the pipeline's --out, inside the project, not ignored
+
+    def key() -> str:
+        return project_fingerprint(project / "contracts", outside=run_dir)
+
+    first = key()
+    assert first == key()  # reusable
+    assert "cannot be told" not in first
+    run_dir.mkdir()
+    (run_dir / "pipeline.json").write_text("{}")  # the run's own outputs
+    (project / "scratch").mkdir()
+    (project / "scratch" / "notes.py").write_text("ignored\n")
+    assert key() == first, "ignored files or the run's own directory changed the key"
+
+    seen = {first}
+    for change in (
+        lambda: (project / "measure.py").write_text("THRESHOLD = 2\n"),  # a measurement edited
+        lambda: (project / "table.bin").write_bytes(b"\0\1\3"),  # a binary file edited
+        lambda: (project / "table.bin").write_bytes(b"\0\1\4"),  # ... and edited again
+        lambda: (project / "contracts" / "new_test.py").write_text("X = 1\n"),  # untracked
+        lambda: (project / "contracts" / "new_test.py").write_text("X = 2\n"),  # ... edited
+    ):
+        change()
+        now = key()
+        assert now not in seen, f"a change to the project left the key {now} as before"
+        seen.add(now)
+    assert project_fingerprint(elsewhere) != project_fingerprint(elsewhere)

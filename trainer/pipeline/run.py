@@ -38,6 +38,8 @@ Nothing the pipeline did not make is ever deleted (issue 31):
   (state.code_fingerprint), so an edited or upgraded trainer makes them again. The training
   stage is not: a run resumes, and a finished one is kept, across versions of the trainer
   (a checkpoint carries its own format version, which the loader checks).
+- The gates stage is keyed by the code that measures, too: the project holding the
+  contracts, by HEAD, uncommitted changes and untracked files (state.project_fingerprint).
 
 The run directory is what C-TRAINING-LOOP's checkpoint gates call a loop run directory
 (run.yaml, tokenizer/, data/, train/), so `gates check GATE-TRAIN-LOOP-015 --artifact
@@ -51,7 +53,6 @@ import io
 import os
 import shutil
 import signal
-import subprocess
 import time
 import traceback
 from collections.abc import Callable
@@ -67,6 +68,7 @@ from trainer.pipeline.state import (
     PipelineState,
     code_fingerprint,
     files_fingerprint,
+    project_fingerprint,
     stage_key,
 )
 from trainer.runfiles.json_file import atomic_write_json
@@ -571,7 +573,10 @@ class Pipeline:
         return {
             "checkpoint": job.state.output("train", "manifest_sha256"),
             "contracts": {p.name: sha256_file(p) for p in contracts},
-            "code": {"trainer": job.code, "project": _git_tree(self.options.contracts)},
+            "code": {
+                "trainer": job.code,
+                "project": project_fingerprint(self.options.contracts, outside=self.out),
+            },
         }
 
     def _make_gates(self, job: Job, key: str) -> Made:
@@ -752,26 +757,6 @@ def _free_name(base: Path) -> Path:
 
 def _tree_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
-
-
-def _git_tree(where: Path) -> str:
-    """The code the gates measure: HEAD of the git work tree holding ``where`` (the
-    contracts: their project's measurements run, wherever the pipeline was started) plus a
-    hash of its uncommitted changes to tracked files. Off git the code cannot be told, so
-    the key is one no other run has: the gates are measured again every run, never served
-    from an earlier one (the key was "" once, and a verdict outlived any change of code)."""
-    import hashlib  # noqa: PLC0415
-    import uuid  # noqa: PLC0415
-
-    git = ["git", "-C", str(where)]
-    try:
-        head = subprocess.run(
-            [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        diff = subprocess.run([*git, "diff", "HEAD"], capture_output=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return f"not in a git work tree: measured again ({uuid.uuid4()})"
-    return f"{head}+{hashlib.sha256(diff).hexdigest()[:16]}"
 
 
 def _duration(seconds: float) -> str:

@@ -19,7 +19,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +65,42 @@ def code_fingerprint(package: Path | None = None) -> str:
     root = Path(package) if package is not None else Path(__file__).resolve().parents[1]
     sources = (p for p in root.rglob("*") if p.suffix in (".py", ".c") and p.is_file())
     return canonical_sha256({p.relative_to(root).as_posix(): sha256_file(p) for p in sources})
+
+
+def project_fingerprint(where: Path, *, outside: Path | None = None) -> str:
+    """The code of the git work tree holding ``where``: its HEAD, its uncommitted changes
+    to tracked files (the diff with full blob hashes, so binary files count by content) and
+    every untracked file git does not ignore, by path and content - a new test module or
+    measurement nobody committed yet counts as much as an edit. Files under ``outside`` (the
+    pipeline's own run directory, when it lies in the project unignored) are left out: the
+    run's outputs are not the code that measures them. Off git, or with an untracked file
+    that cannot be read, the code cannot be told, so the key is one no other run has:
+    measured again, never served from an earlier run."""
+    never_again = f"the project's code cannot be told: measured again ({uuid.uuid4()})"
+    git = ["git", "-C", str(where)]
+    try:
+        top, head = _git_out([*git, "rev-parse", "--show-toplevel", "HEAD"]).decode().splitlines()
+        changes = _git_out([*git, "diff", "HEAD", "--full-index"])
+        listed = _git_out([*git, "-C", top, "ls-files", "-z", "--others", "--exclude-standard"])
+    except (OSError, ValueError, subprocess.CalledProcessError):
+        return never_again
+    skip = Path(os.path.realpath(outside)) if outside is not None else None
+    untracked = {}
+    for name in sorted(n for n in listed.decode("utf-8", "surrogateescape").split("\0") if n):
+        path = Path(top, name)
+        if skip is not None and Path(os.path.realpath(path)).is_relative_to(skip):
+            continue
+        try:
+            untracked[name] = f"-> {os.readlink(path)}" if path.is_symlink() else sha256_file(path)
+        except OSError:
+            return never_again
+    return canonical_sha256(
+        {"head": head, "changes": hashlib.sha256(changes).hexdigest(), "untracked": untracked}
+    )
+
+
+def _git_out(command: list[str]) -> bytes:
+    return subprocess.run(command, capture_output=True, check=True).stdout
 
 
 def stage_key(inputs: dict) -> str:

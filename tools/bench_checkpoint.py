@@ -32,10 +32,11 @@ the first step is measured right after each load by writing one element of every
 the same weight and AdamW bytes (a storage layer that compresses or deduplicates treats both
 sides alike): written in order and fsynced, then read back with sequential readinto() calls
 of ``--read-chunk-kib`` into one aligned buffer. Both go directly to the device (O_DIRECT)
-where the file system allows it (``raw_io`` says which), as a save's large files and a
-load's reads do since 2026-11-30: through the page cache, the raw side would be the slower
-one (4.4 GB written and fsynced on the development VM: 10.6 s buffered, 1.4 s direct), not
-the disk's bandwidth. The raw write goes through the save's own file writer
+where the file system allows it (``raw_io`` says which, as each round's raw write and
+read reported it off its descriptor), as a save's large files and a load's reads do since
+2026-11-30: through the page cache, the raw side would be the slower one (4.4 GB written
+and fsynced on the development VM: 10.6 s buffered, 1.4 s direct), not the disk's
+bandwidth. The raw write goes through the save's own file writer
 (durable.file_writer) with none of a save's work. It is the ceiling the checkpoint is held
 to, so its chunk sizes are the faster ones measured on the development VM (interleaved runs,
 median MiB/s): buffered writes 1 MiB 1445 vs 64 MiB 642 (64 MiB writes were erratic there,
@@ -248,49 +249,60 @@ def _pieces(sources: list[memoryview], nbytes: int, chunk_bytes: int) -> Iterato
                     return
 
 
-def raw_write(path: Path, nbytes: int, sources: list[memoryview], chunk_bytes: int) -> float:
-    """Seconds to write ``nbytes`` of ``sources`` to a new ``path`` sequentially and fsync it,
-    through the checkpoint's file writer (durable.file_writer: directly where the file
-    system takes O_DIRECT, as a save's large files are) with none of a save's work."""
+def raw_write(
+    path: Path, nbytes: int, sources: list[memoryview], chunk_bytes: int
+) -> tuple[float, str]:
+    """(seconds, how) to write ``nbytes`` of ``sources`` to a new ``path`` sequentially and
+    fsync it, through the checkpoint's file writer (durable.file_writer: directly where the
+    file system takes O_DIRECT, as a save's large files are) with none of a save's work.
+    ``how`` is what this write did, read off its descriptor: "direct", "buffered", or
+    "direct, then buffered" when the file system refused a direct write mid-file."""
     os.sync()
     started = time.perf_counter()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     writer = durable.file_writer(fd, nbytes)
+    began_direct = durable.is_direct(fd)
     try:
         for piece in _pieces(sources, nbytes, chunk_bytes):
             writer.write(piece)
         writer.finish()
         os.fsync(fd)
+        ended_direct = durable.is_direct(fd)
     finally:
         writer.close()
         os.close(fd)
-    return time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    if began_direct and not ended_direct:
+        return seconds, "direct, then buffered"
+    return seconds, "direct" if began_direct else "buffered"
 
 
-def raw_read(path: Path, buffer: mmap.mmap | bytearray) -> tuple[float, int]:
-    """(seconds, bytes) to read ``path`` sequentially into ``buffer``, chunk by chunk;
+def raw_read(path: Path, buffer: mmap.mmap | bytearray) -> tuple[float, int, str]:
+    """(seconds, bytes, how) to read ``path`` sequentially into ``buffer``, chunk by chunk;
     directly from the device, as a load reads, where the file system allows it and the
-    buffer is a mapping (page-aligned) of whole blocks."""
+    buffer is a mapping (page-aligned) of whole blocks. ``how``: "direct" or "buffered",
+    what this read did."""
     view = memoryview(buffer)
     total = 0
     started = time.perf_counter()
     with open(path, "rb", buffering=0) as fh:
-        if isinstance(buffer, mmap.mmap) and len(buffer) % durable.DIRECT_ALIGN == 0:
-            durable.set_direct(fh.fileno(), on=True)  # refused (no O_DIRECT here): buffered
+        direct = (
+            isinstance(buffer, mmap.mmap)
+            and len(buffer) % durable.DIRECT_ALIGN == 0
+            and durable.set_direct(fh.fileno(), on=True)  # refused (no O_DIRECT): buffered
+        )
         while n := fh.readinto(view):
             total += n
-    return time.perf_counter() - started, total
+    return time.perf_counter() - started, total, "direct" if direct else "buffered"
 
 
-def raw_io(directory: Path) -> str:
-    """How the raw side reaches the disk in ``directory``: "direct" (O_DIRECT) or
-    "buffered" (a file system without it)."""
-    fd, name = tempfile.mkstemp(dir=directory)
-    try:
-        return "direct" if durable.set_direct(fd, on=True) else "buffered"
-    finally:
-        os.close(fd)
-        os.unlink(name)
+def raw_io(rounds: list[dict[str, Any]]) -> dict[str, str]:
+    """How the raw side reached the disk, as each round's write and read reported it: one
+    word per side when every round did the same, else every distinct way, in order."""
+    return {
+        side: " | ".join(dict.fromkeys(r[f"raw_{side}_io"] for r in rounds))
+        for side in ("write", "read")
+    }
 
 
 # ---------------------------------------------------------------- the checkpoint side
@@ -567,7 +579,8 @@ def measure_save(bench: _Bench, run_dir: Path) -> dict[str, Any]:
 
 def measure_raw_write(bench: _Bench, raw_file: Path, nbytes: int) -> dict[str, Any]:
     sources = tensor_bytes(bench.model, bench.optimizer)
-    return {"raw_write_s": raw_write(raw_file, nbytes, sources, bench.write_chunk)}
+    seconds, how = raw_write(raw_file, nbytes, sources, bench.write_chunk)
+    return {"raw_write_s": seconds, "raw_write_io": how}
 
 
 def warm_up_write(bench: _Bench, scratch: Path, nbytes: int) -> dict[str, Any]:
@@ -576,10 +589,11 @@ def warm_up_write(bench: _Bench, scratch: Path, nbytes: int) -> dict[str, Any]:
     development VM 8.3-8.5 s for 4.48 GB, against 2.8-2.9 s for the next one, whether the
     raw write or the save came first), and round 0 always puts the save first."""
     path = scratch / "warm-up.bin"
-    seconds = raw_write(path, nbytes, tensor_bytes(bench.model, bench.optimizer), bench.write_chunk)
+    sources = tensor_bytes(bench.model, bench.optimizer)
+    seconds, how = raw_write(path, nbytes, sources, bench.write_chunk)
     path.unlink()
     os.sync()
-    return {"write_s": seconds, "bytes": nbytes, "counted": False}
+    return {"write_s": seconds, "bytes": nbytes, "io": how, "counted": False}
 
 
 def measure_load(bench: _Bench, checkpoint: Path) -> dict[str, Any]:
@@ -603,10 +617,10 @@ def measure_load(bench: _Bench, checkpoint: Path) -> dict[str, Any]:
 
 def measure_raw_read(bench: _Bench, raw_file: Path, nbytes: int) -> dict[str, Any]:
     resident = cold([raw_file], drop_caches=bench.drop_caches)
-    seconds, got = raw_read(raw_file, bench.read_buffer)
+    seconds, got, how = raw_read(raw_file, bench.read_buffer)
     if got != nbytes:
         raise BenchmarkError(f"{raw_file}: read {got} bytes, {nbytes} were written")
-    return {"raw_read_s": seconds, "raw_read_resident_before": resident}
+    return {"raw_read_s": seconds, "raw_read_io": how, "raw_read_resident_before": resident}
 
 
 def run_round(bench: _Bench, scratch: Path, index: int, nbytes: int | None) -> dict[str, Any]:
@@ -835,7 +849,7 @@ def run_benchmark(
             "written in order through the checkpoint's file writer (direct: one 4 MiB aligned "
             f"buffer a write(); buffered: {write_chunk_kib} KiB write() calls) + fsync; "
             f"sequential {read_chunk_kib} KiB readinto() calls into one aligned buffer",
-            "raw_io": raw_io(directory),
+            "raw_io": raw_io(rounds),
             "write_chunk_kib": write_chunk_kib,
             "read_chunk_kib": read_chunk_kib,
             "directory": portable_path(directory, ROOT),
@@ -949,7 +963,8 @@ def _table(result: dict[str, Any]) -> str:
     lines.append(
         f"sha256 inside: save {h['save_hash_s_median']:.2f} s, load "
         f"{h['load_hash_s_median']:.2f} s; {result['workload']['checkpoint_bytes']:,} bytes; "
-        f"drop_caches {result['cache_eviction']['drop_caches']}"
+        f"drop_caches {result['cache_eviction']['drop_caches']}; raw write "
+        f"{result['workload']['raw_io']['write']}, raw read {result['workload']['raw_io']['read']}"
     )
     b = result["bound"]
     lines.append(

@@ -8,15 +8,18 @@ says nothing about the 370M one, only that the benchmark runs."""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import mmap
+import os
 import statistics
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.direct_io import needs_direct_writes
 from tools import bench_checkpoint as bench
 from trainer.checkpoint import durable, load
 from trainer.model.config import preset
@@ -97,25 +100,53 @@ def test_eviction_takes_a_file_just_written_out_of_the_page_cache(tmp_path):
     assert bench.resident_fraction([path]) == left
 
 
-@pytest.mark.parametrize("io", ["buffered", "direct"])
+@pytest.mark.parametrize("io", ["buffered", "direct", "direct, then buffered"])
 def test_the_raw_file_holds_the_source_bytes_in_order_at_the_exact_size(tmp_path, monkeypatch, io):
     """Small files are written buffered; with DIRECT_BYTES lowered, directly (O_DIRECT where
-    the file system takes it: the tail padded, then cut). Read back buffered into a small
-    buffer, and directly into an aligned one: every byte counted either way."""
-    if io == "direct":
-        if bench.raw_io(tmp_path) != "direct":
-            pytest.skip(f"{tmp_path}: no direct I/O on this file system")
+    the file system takes it: the tail padded, then cut), or directly until the file system
+    refuses a write mid-file. Read back buffered into a small buffer, and directly into an
+    aligned one: every byte counted either way, and each side reports the way it took."""
+    if io != "buffered":
+        needs_direct_writes(tmp_path)
         monkeypatch.setattr(durable, "DIRECT_BYTES", 0)
+        monkeypatch.setattr(durable, "DIRECT_WRITE_BYTES", durable.DIRECT_ALIGN)
+    if io == "direct, then buffered":
+        real_write, direct_writes = os.write, []
+
+        def refusing_the_second(fd, data):
+            if durable.is_direct(fd):
+                direct_writes.append(len(data))
+                if len(direct_writes) == 2:
+                    raise OSError(errno.EINVAL, "Invalid argument")
+            return real_write(fd, data)
+
+        monkeypatch.setattr(os, "write", refusing_the_second)
     sources = [memoryview(b"abcdefg"), memoryview(b""), memoryview(b"XYZ")]
     path = tmp_path / "raw.bin"
     size = 23 if io == "buffered" else 3 * durable.DIRECT_ALIGN + 23
-    seconds = bench.raw_write(path, size, sources, chunk_bytes=4)
-    assert seconds > 0
+    seconds, wrote = bench.raw_write(path, size, sources, chunk_bytes=4)
+    monkeypatch.setattr(os, "write", os.write)
+    assert seconds > 0 and wrote == io
     data = path.read_bytes()  # cycled, cut at ``size`` bytes
     assert data == (b"abcdefgXYZ" * (size // 10 + 1))[:size]
     buffer = bytearray(5) if io == "buffered" else mmap.mmap(-1, durable.DIRECT_ALIGN)
-    read_s, got = bench.raw_read(path, buffer)
+    read_s, got, read = bench.raw_read(path, buffer)
     assert got == size and read_s > 0
+    assert read == ("buffered" if io == "buffered" else "direct")
+
+
+def test_the_raw_side_is_reported_as_each_round_did_it():
+    same = [{"raw_write_io": "direct", "raw_read_io": "direct"}] * 3
+    assert bench.raw_io(same) == {"write": "direct", "read": "direct"}
+    mixed = [
+        {"raw_write_io": "direct", "raw_read_io": "direct"},
+        {"raw_write_io": "direct, then buffered", "raw_read_io": "direct"},
+        {"raw_write_io": "direct", "raw_read_io": "buffered"},
+    ]
+    assert bench.raw_io(mixed) == {
+        "write": "direct | direct, then buffered",
+        "read": "direct | buffered",
+    }
 
 
 def test_the_raw_source_is_the_checkpoints_tensor_bytes():
@@ -227,6 +258,9 @@ def test_tiny_run_end_to_end_writes_complete_evidence(tmp_path):
         assert r["raw_read_resident_before"] <= bench.MAX_RESIDENT
         assert _positive_finite(r["load_first_touch_s"])
         assert isinstance(r["optimizer_state_file_mapped"], bool)
+        assert r["raw_write_io"] in ("direct", "buffered", "direct, then buffered")
+        assert r["raw_read_io"] in ("direct", "buffered")
+    assert workload["raw_io"] == bench.raw_io(rounds)
 
     # The summary is the per-repeat seconds, not numbers from elsewhere.
     medians = {k: statistics.median(r[k] for r in rounds) for k in SECONDS}
@@ -257,6 +291,7 @@ def test_tiny_run_end_to_end_writes_complete_evidence(tmp_path):
 
     warm_up = result["warm_up"]  # paid before the rounds, in neither side's times
     assert _positive_finite(warm_up["write_s"]) and warm_up["counted"] is False
+    assert warm_up["io"] in ("direct", "buffered", "direct, then buffered")
     assert warm_up["bytes"] == pytest.approx(workload["checkpoint_bytes"], rel=0.05)
 
     eviction = result["cache_eviction"]

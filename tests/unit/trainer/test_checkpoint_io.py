@@ -32,6 +32,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from tests.direct_io import needs_direct_writes
 from tests.unit.trainer.checkpoint_support import fresh, manifest_entry, save, trained
 from tests.unit.trainer.test_components import train_state
 from trainer.checkpoint import durable, load, manifest, optimizer_state, verify
@@ -77,25 +78,13 @@ def test_the_hashing_writer_writes_save_file_s_bytes_and_hashes_exactly_them(
     assert all(torch.equal(back[n], t) for n, t in tensors.items())
 
 
-def _needs_direct_writes(directory) -> None:
-    """Skip unless ``directory``'s file system takes O_DIRECT writes (the probe file's
-    descriptor closed either way)."""
-    probe = os.open(directory / "probe", os.O_WRONLY | os.O_CREAT, 0o666)
-    try:
-        direct = durable.set_direct(probe, on=True)
-    finally:
-        os.close(probe)
-    if not direct:
-        pytest.skip(f"{directory}: no direct writes on this file system")
-
-
 def test_a_full_disk_mid_file_is_the_error_a_direct_write_raises(tmp_path, monkeypatch):
     """ENOSPC on the third direct write surfaces as itself, not as an error of cleaning up
     after it: the failing write (a wrapper, as here, or the traceback) still holds a view of
     the aligned buffer when the writer closes, so the buffer cannot be unmapped then."""
     monkeypatch.setattr(durable, "DIRECT_BYTES", 0)
     monkeypatch.setattr(durable, "DIRECT_WRITE_BYTES", durable.DIRECT_ALIGN)
-    _needs_direct_writes(tmp_path)
+    needs_direct_writes(tmp_path)
     real_write, writes = os.write, []
 
     def filling(fd, data):
@@ -125,7 +114,7 @@ def test_a_large_file_written_directly_holds_save_file_s_bytes(tmp_path, monkeyp
     monkeypatch.setattr(durable, "DIRECT_WRITE_BYTES", 3 * durable.DIRECT_ALIGN)
     monkeypatch.setattr(durable, "DIRECT_BYTES", 10**12 if how == "buffered" else 0)
     if how != "buffered":
-        _needs_direct_writes(tmp_path)
+        needs_direct_writes(tmp_path)
     tensors = _mixed()
     save_file(tensors, str(tmp_path / "reference"), metadata={"format": "pt"})
     reference = (tmp_path / "reference").read_bytes()

@@ -9,11 +9,14 @@ says nothing about the 370M one, only that the benchmark runs."""
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import math
 import mmap
 import os
+import resource
 import statistics
+import threading
 from pathlib import Path
 
 import pytest
@@ -251,6 +254,8 @@ def test_tiny_run_end_to_end_writes_complete_evidence(tmp_path):
     assert [r["order"] for r in rounds] == ["checkpoint first", "raw first"]
     for r in rounds:
         assert all(_positive_finite(r[k]) for k in SECONDS), r
+        for side in ("save", "load"):  # this process's CPU: every thread, the kernel's part
+            assert 0 <= r[f"{side}_system_s"] <= r[f"{side}_cpu_s"] < 10, r
         assert r["bytes"] == workload["checkpoint_bytes"]
         assert 0 < r["save_hash_s"] < r["save_s"] and 0 < r["load_hash_s"] < r["load_s"]
         assert 0 < r["save_optimizer_copy_s"] < r["save_s"]
@@ -261,6 +266,9 @@ def test_tiny_run_end_to_end_writes_complete_evidence(tmp_path):
         assert r["raw_write_io"] in ("direct", "buffered", "direct, then buffered")
         assert r["raw_read_io"] in ("direct", "buffered")
     assert workload["raw_io"] == bench.raw_io(rounds)
+
+    # CPU seconds are counted (tiny work: one clock tick may round a side's to zero).
+    assert sum(r["save_cpu_s"] + r["load_cpu_s"] for r in rounds) > 0
 
     # The summary is the per-repeat seconds, not numbers from elsewhere.
     medians = {k: statistics.median(r[k] for r in rounds) for k in SECONDS}
@@ -276,14 +284,18 @@ def test_tiny_run_end_to_end_writes_complete_evidence(tmp_path):
     with_touch = statistics.median(r["load_s"] + r["load_first_touch_s"] for r in rounds)
     assert touch["ratio_load_plus_first_touch"] == pytest.approx(medians["raw_read_s"] / with_touch)
 
-    bound = result["bound"]  # each side named by the longer of its disk and hash times
+    bound = result["bound"]  # each side named by the higher of its disk and CPU floors
     assert bound["disk_read_s"] == pytest.approx(medians["raw_read_s"])
     assert bound["disk_write_s"] == pytest.approx(medians["raw_write_s"])
-    for key in ("one_stream_s", "ranges_all_cores_s", "format_2_save_digests_s"):
+    assert bound["cores"] == len(result["machine"]["cpu_affinity"])
+    for key in ("one_stream_s", "ranges_one_thread_s", "ranges_all_cores_s"):
         assert _positive_finite(bound[key]), key
+    for side, disk in (("load", "disk_read_s"), ("save", "disk_write_s")):
+        cpu = statistics.median(r[f"{side}_cpu_s"] for r in rounds)
+        assert bound[f"{side}_cpu_s"]["total"] == pytest.approx(cpu)
+        assert bound[f"{side}_cpu_floor_s"] == pytest.approx(cpu / bound["cores"])
+        assert bound[side] == ("disk" if bound[disk] >= bound[f"{side}_cpu_floor_s"] else "CPU")
     for side, disk, digests in (
-        ("load", "disk_read_s", "ranges_all_cores_s"),
-        ("save", "disk_write_s", "ranges_all_cores_s"),
         ("load_format_1", "disk_read_s", "one_stream_s"),
         ("save_format_2", "disk_write_s", "format_2_save_digests_s"),
     ):
@@ -309,14 +321,77 @@ def test_bad_arguments_are_refused(tmp_path):
         bench.run_benchmark("huge", repeats=1, directory=tmp_path)
 
 
-def test_each_side_is_bound_by_the_longer_of_its_disk_and_hash_times():
-    rounds = [{"raw_read_s": 2.0, "raw_write_s": 5.0}, {"raw_read_s": 4.0, "raw_write_s": 7.0}]
-    hashing = {"one_stream_s": 3.5, "ranges_all_cores_s": 5.5, "format_2_save_digests_s": 6.5}
-    bound = bench.bounds(rounds, hashing)
-    assert (bound["disk_read_s"], bound["disk_write_s"]) == (3.0, 6.0)  # medians
-    assert (bound["load"], bound["save"], bound["load_format_1"], bound["save_format_2"]) == (
-        "hashing (CPU)",
-        "disk",
-        "hashing (CPU)",
-        "hashing (CPU)",
+def test_spending_counts_the_user_and_kernel_seconds_of_every_thread():
+    """Hashing on another thread (user time) and faulting in fresh memory (kernel time):
+    the block's CPU seconds are both, the system part the kernel's alone."""
+
+    def hashing() -> None:
+        hashlib.sha256(bytes(64 << 20)).digest()
+
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    with bench.spending() as spent:
+        worker = threading.Thread(target=hashing)
+        worker.start()
+        fresh = mmap.mmap(-1, 256 << 20)
+        fresh[:: mmap.PAGESIZE] = b"\1" * (len(fresh) // mmap.PAGESIZE)  # fault every page in
+        worker.join()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+    assert spent.system > 0.005, "no kernel time counted for 65,536 page faults"
+    assert spent.system == pytest.approx(system, abs=0.01)
+    assert spent.cpu == pytest.approx(user + system, abs=0.01)
+    assert spent.cpu - spent.system > 0.02, "no user time counted for 64 MiB of sha256"
+    assert spent.seconds > 0
+
+
+def _bound_rounds(**series: list[float]) -> list[dict[str, float]]:
+    return [dict(zip(series, values, strict=True)) for values in zip(*series.values(), strict=True)]
+
+
+HASHING = {
+    "one_stream_s": 3.5,
+    "ranges_one_thread_s": 3.0,
+    "ranges_all_cores_s": 1.6,
+    "format_2_save_digests_s": 6.5,
+}
+
+
+def test_each_side_is_bound_by_the_higher_of_its_disk_and_cpu_floors():
+    """The CPU floor is the side's own CPU seconds over the cores, hashing or not: a load
+    that hashes in 1.6 s on two cores but spends 5 more core-seconds in the kernel (fresh
+    memory) is bound by the CPU, not by a disk that reads in 2.2 s - what the rule that
+    counted the hashing alone called it. A save whose CPU fits under its disk time is the
+    disk's."""
+    rounds = _bound_rounds(
+        raw_read_s=[2.2, 2.2, 2.3],
+        raw_write_s=[5.0, 4.8, 4.9],
+        load_s=[3.9, 3.8, 4.0],
+        load_cpu_s=[8.0, 7.6, 8.4],
+        load_system_s=[4.5, 4.3, 4.8],
+        save_s=[4.9, 5.0, 4.8],
+        save_cpu_s=[3.4, 3.6, 3.5],
+        save_system_s=[0.2, 0.3, 0.2],
     )
+    bound = bench.bounds(rounds, HASHING, cores=2)
+    assert (bound["disk_read_s"], bound["disk_write_s"]) == (2.2, 4.9)  # medians
+    assert (bound["load"], bound["save"]) == ("CPU", "disk")
+    assert bound["load_cpu_floor_s"] == pytest.approx(8.0 / 2)
+    assert bound["load_cpu_s"] == pytest.approx(
+        {"total": 8.0, "hashing": 3.0, "system": 4.5, "other": 8.0 - 4.5 - 3.0}
+    )
+    assert bound["load_beyond_floor_s"] == pytest.approx(3.9 - 4.0)
+    assert bound["save_cpu_floor_s"] == pytest.approx(3.5 / 2)
+    assert bound["save_beyond_floor_s"] == pytest.approx(4.9 - 4.9)
+    # By hashing alone, as formats 1 and 2 were bound: one stream 3.5 s > 2.2 s of disk.
+    assert (bound["load_format_1"], bound["save_format_2"]) == ("hashing (CPU)", "hashing (CPU)")
+
+
+@pytest.mark.parametrize("cores, expected", [(1, "CPU"), (2, "disk"), (4, "disk")])
+def test_the_cpu_floor_is_spread_over_the_cores_the_run_may_use(cores, expected):
+    rounds = _bound_rounds(
+        raw_read_s=[2.0], raw_write_s=[2.0], load_s=[2.1], load_cpu_s=[3.0],
+        load_system_s=[0.5], save_s=[2.1], save_cpu_s=[3.0], save_system_s=[0.5],
+    )  # fmt: skip
+    bound = bench.bounds(rounds, HASHING, cores=cores)
+    assert (bound["load"], bound["save"]) == (expected, expected)
+    assert bound["load_cpu_floor_s"] == pytest.approx(3.0 / cores)

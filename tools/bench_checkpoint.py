@@ -564,9 +564,9 @@ def _free_bytes(directory: Path) -> int:
     return stats.f_bavail * stats.f_frsize
 
 
-def _filesystem(directory: Path) -> dict[str, Any]:
-    """The mount holding ``directory`` (longest mount-point prefix in /proc/mounts)."""
-    resolved = str(directory.resolve())
+def _mount_of(path: Path) -> dict[str, Any]:
+    """The mount holding ``path`` (longest mount-point prefix in /proc/mounts)."""
+    resolved = str(path.resolve())
     best = {"mount_point": None, "device": None, "type": None}
     with contextlib.suppress(OSError):
         for line in Path("/proc/mounts").read_text().splitlines():
@@ -575,7 +575,60 @@ def _filesystem(directory: Path) -> dict[str, Any]:
             if inside and len(mount_point) >= len(best["mount_point"] or ""):
                 # The device by its name only (vda, not /dev/vda): evidence holds no path.
                 best = {"mount_point": mount_point, "device": Path(device).name, "type": fs_type}
-    return {**best, "same_device_as_repo": os.stat(directory).st_dev == os.stat(ROOT).st_dev}
+    return best
+
+
+def _filesystem(directory: Path, root: Path = Path("/")) -> dict[str, Any]:
+    """The mount holding ``directory``, and what the numbers on it are the disk's: for a
+    loop device, the file system its backing file lies on (tmpfs: the disk is RAM); the
+    bandwidth limits a cgroup puts on this process for the device (a throttled device)."""
+    found = _mount_of(directory)
+    st_dev = os.stat(directory).st_dev
+    device = found["device"] or ""
+    if device.startswith("loop"):
+        with contextlib.suppress(OSError):
+            backing = (root / "sys/block" / device / "loop/backing_file").read_text().strip()
+            found["loop_backing_file_system"] = _mount_of(Path(backing))["type"]
+    return {
+        **found,
+        "same_device_as_repo": st_dev == os.stat(ROOT).st_dev,
+        "throttled_bytes_per_s": bandwidth_limits(os.major(st_dev), os.minor(st_dev), root),
+    }
+
+
+def bandwidth_limits(major: int, minor: int, root: Path = Path("/")) -> dict[str, int]:
+    """The read and write bandwidth limits (bytes/s) this process's cgroup sets on device
+    ``major:minor`` (cgroup v1 blkio.throttle.*_bps_device, or v2 io.max): empty when none
+    (limits set on an ancestor group are not looked for). ``root``: where /proc and /sys
+    are (a test's fake tree)."""
+    limits: dict[str, int] = {}
+    try:
+        groups = (root / "proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return limits
+    wanted = f"{major}:{minor}"
+    for line in groups:
+        _, controllers, group = line.split(":", 2)
+        group = group.lstrip("/")
+        if "blkio" in controllers.split(","):
+            for side in ("read", "write"):
+                file = root / "sys/fs/cgroup/blkio" / group / f"blkio.throttle.{side}_bps_device"
+                with contextlib.suppress(OSError):
+                    for entry in file.read_text().splitlines():
+                        dev, value = entry.split()
+                        if dev == wanted:
+                            limits[side] = int(value)
+        elif controllers == "":
+            for base in ("sys/fs/cgroup", "sys/fs/cgroup/unified"):
+                with contextlib.suppress(OSError):
+                    for entry in (root / base / group / "io.max").read_text().splitlines():
+                        dev, *settings = entry.split()
+                        for setting in settings if dev == wanted else ():
+                            key, value = setting.split("=")
+                            side = {"rbps": "read", "wbps": "write"}.get(key)
+                            if side and value != "max":
+                                limits[side] = int(value)
+    return limits
 
 
 def _estimated_bytes(model: Llama) -> int:
@@ -1035,6 +1088,13 @@ def _table(result: dict[str, Any]) -> str:
         f"drop_caches {result['cache_eviction']['drop_caches']}; raw write "
         f"{result['workload']['raw_io']['write']}, raw read {result['workload']['raw_io']['read']}"
     )
+    fs = result["workload"]["filesystem"]
+    disk = f"disk: {fs['type']} on {fs['device']}"
+    if "loop_backing_file_system" in fs:
+        disk += f" (a loop device whose backing file is on {fs['loop_backing_file_system']})"
+    for side, limit in fs["throttled_bytes_per_s"].items():
+        disk += f", {side}s throttled to {limit / 1e9:.2f} GB/s (cgroup)"
+    lines.append(disk)
     b = result["bound"]
     for side, disk in (("load", "read"), ("save", "write")):
         cpu = b[f"{side}_cpu_s"]

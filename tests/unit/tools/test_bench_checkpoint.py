@@ -249,6 +249,7 @@ def test_tiny_run_end_to_end_writes_complete_evidence(tmp_path):
     assert files["step-00000001/model.safetensors"] > 4 * params
     assert workload["roundtrip_exact"] is True
     assert workload["sha256_included"] == {"save": True, "load": True}
+    assert isinstance(workload["filesystem"]["throttled_bytes_per_s"], dict)
 
     rounds = result["repeats"]
     assert [r["order"] for r in rounds] == ["checkpoint first", "raw first"]
@@ -395,3 +396,38 @@ def test_the_cpu_floor_is_spread_over_the_cores_the_run_may_use(cores, expected)
     bound = bench.bounds(rounds, HASHING, cores=cores)
     assert (bound["load"], bound["save"]) == (expected, expected)
     assert bound["load_cpu_floor_s"] == pytest.approx(3.0 / cores)
+
+
+def _cgroup_tree(tmp_path: Path, cgroup: str, files: dict[str, str]) -> Path:
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/cgroup").write_text(cgroup)
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def test_a_cgroup_v1_throttle_on_the_measured_device_is_recorded(tmp_path):
+    group = "sys/fs/cgroup/blkio/fastdisk"
+    root = _cgroup_tree(
+        tmp_path,
+        "8:pids:/\n7:blkio:/fastdisk\n4:memory:/elsewhere\n0::/\n",
+        {
+            f"{group}/blkio.throttle.read_bps_device": "8:0 5\n7:0 2000000000\n",
+            f"{group}/blkio.throttle.write_bps_device": "7:0 1000000000\n",
+        },
+    )
+    assert bench.bandwidth_limits(7, 0, root) == {"read": 2_000_000_000, "write": 1_000_000_000}
+    assert bench.bandwidth_limits(8, 0, root) == {"read": 5}  # another device's own limit
+    assert bench.bandwidth_limits(7, 1, root) == {}
+
+
+def test_a_cgroup_v2_io_max_on_the_measured_device_is_recorded(tmp_path):
+    root = _cgroup_tree(
+        tmp_path,
+        "0::/bench\n",
+        {"sys/fs/cgroup/bench/io.max": "7:0 rbps=3000000000 wbps=max riops=max wiops=max\n"},
+    )
+    assert bench.bandwidth_limits(7, 0, root) == {"read": 3_000_000_000}
+    assert bench.bandwidth_limits(259, 0, root) == {}
+    assert bench.bandwidth_limits(7, 0, tmp_path / "no-proc") == {}

@@ -44,7 +44,13 @@ median MiB/s): buffered writes 1 MiB 1445 vs 64 MiB 642 (64 MiB writes were erra
 What bounds each side (``bound``, bounds()): the disk (the raw twin's time) or the CPU (the
 side's own CPU seconds over the cores it may run on), split into hashing, the kernel and the
 rest. A load makes the whole checkpoint fresh memory of its own, and a raw read does not: on
-2-core VMs the kernel's part (faulting in and zeroing 4.5 GB) was as large as the hashing.
+2-core VMs the kernel's part (faulting in and zeroing 4.5 GB) was as large as the hashing,
+and larger the less memory was free (the development VM hands free memory back to its
+host, which faults it in again on first touch: 1.8 kernel core-seconds a 370M load with
+most of its 23 GB free, 5-8 with 10 GB held by a tmpfs). So a RAM-backed loop device is no
+stand-in for a fast disk there: it takes the very memory the load needs (``filesystem``
+names a loop device's backing file system and any cgroup bandwidth limit on the device, so
+such a run says what it measured).
 
 Fairness:
 - Every read (raw and load) starts from a cold page cache: each file to be read is fsynced
@@ -1083,8 +1089,9 @@ def _table(result: dict[str, Any]) -> str:
     )
     h = result["hashing"]
     lines.append(
-        f"sha256 inside: save {h['save_hash_s_median']:.2f} s, load "
-        f"{h['load_hash_s_median']:.2f} s; {result['workload']['checkpoint_bytes']:,} bytes; "
+        f"sha256 inside: the load's verification {h['load_hash_s_median']:.2f} s; the save "
+        f"hashes as it writes (build_manifest after it: {h['save_hash_s_median']:.2f} s); "
+        f"{result['workload']['checkpoint_bytes']:,} bytes; "
         f"drop_caches {result['cache_eviction']['drop_caches']}; raw write "
         f"{result['workload']['raw_io']['write']}, raw read {result['workload']['raw_io']['read']}"
     )

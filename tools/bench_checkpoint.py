@@ -27,7 +27,9 @@ optimizer step after a resume paid a copy-on-write fault for every page, 7-8 s f
 370M on the development VM, which a read touch did not show). Whatever a load leaves for
 the first step is measured right after each load by writing one element of every page
 (``load_first_touch_s``), reported beside load_s and added to it in
-``load_plus_first_touch``.
+``load_plus_first_touch``. The rounds load in one process, which takes back memory it has
+just freed; ``resume`` times RESUMES loads each in a new process that built the model and an
+AdamW with no state, as a resume does, and reports them apart (not in the ratios).
 "raw" is one file of exactly the checkpoint's byte count in the same directory, holding
 the same weight and AdamW bytes (a storage layer that compresses or deduplicates treats both
 sides alike): written in order and fsynced, then read back with sequential readinto() calls
@@ -96,6 +98,7 @@ import platform
 import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -123,6 +126,8 @@ BANDWIDTH_TARGET = 0.80  # issue 7: save and load each >= 80 % of raw sequential
 MAX_RESIDENT = 0.01  # a "cold" read may find at most this fraction of its pages cached
 DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 MODEL_SEED = 0
+#: Fresh processes that each resume from the checkpoint once (resumes_in_fresh_processes).
+RESUMES = 2
 STEP = 1  # the checkpoint's step: one optimizer step has been taken
 MIB = 1024 * 1024
 
@@ -718,6 +723,58 @@ def measure_raw_read(bench: _Bench, raw_file: Path, nbytes: int) -> dict[str, An
     return {"raw_read_s": seconds, "raw_read_io": how, "raw_read_resident_before": resident}
 
 
+def time_a_resume(checkpoint: Path, preset_name: str) -> dict[str, Any]:
+    """One load of ``checkpoint`` as a resume does it, in this (fresh) process: into a model
+    just built from the preset (other weights than the saved ones) and an AdamW with no
+    state yet. Its seconds and CPU, and the fingerprint of what it restored."""
+    model = build_model(preset(preset_name), seed=MODEL_SEED + 1)
+    optimizer = optim.build_adamw(model, lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    with spending() as spent:
+        load.load_checkpoint(checkpoint, model, optimizer)
+    return {
+        "load_s": spent.seconds,
+        "cpu_s": spent.cpu,
+        "system_s": spent.system,
+        "fingerprint": fingerprint(model, optimizer),
+    }
+
+
+def _resume_command(checkpoint: Path, preset_name: str) -> list[str]:
+    return [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--time-a-resume",
+        str(checkpoint),
+        "--preset",
+        preset_name,
+        "--threads",
+        str(torch.get_num_threads()),
+    ]
+
+
+def resumes_in_fresh_processes(bench: _Bench, checkpoint: Path, preset_name: str) -> list[dict]:
+    """RESUMES loads of ``checkpoint``, each in a new interpreter from a cold page cache
+    (time_a_resume): what a resume pays. The rounds load in one process, which takes back
+    memory it has just freed; a resume makes every byte fresh memory of its own, and on a VM
+    that returns free memory to its host that is what costs (4.2-5.5 s against 2.7-3.0 s
+    in the rounds on the development VM, 370M). A resume that restores other values than
+    the saved ones stops the run."""
+    resumes = []
+    for _ in range(RESUMES):
+        resident = cold(checkpoint_files(checkpoint.parent), drop_caches=bench.drop_caches)
+        command = _resume_command(checkpoint, preset_name)
+        ran = subprocess.run(command, capture_output=True, text=True, check=False)
+        if ran.returncode != 0:
+            raise BenchmarkError(f"a resume from {checkpoint} failed:\n{ran.stderr[-2000:]}")
+        resumed = json.loads(ran.stdout.splitlines()[-1])
+        if resumed.pop("fingerprint") != bench.expected:
+            raise BenchmarkError(
+                f"{checkpoint}: a resume did not restore the saved weights and AdamW state"
+            )
+        resumes.append({**resumed, "resident_before": resident})
+    return resumes
+
+
 def run_round(bench: _Bench, scratch: Path, index: int, nbytes: int | None) -> dict[str, Any]:
     """The checkpoint's save and load, and the raw write and read beside them; even rounds
     put the checkpoint first. Each side writes, reads back and deletes its files before the
@@ -941,6 +998,8 @@ def run_benchmark(
         for index in range(repeats):
             rounds.append(run_round(bench, scratch, index, nbytes))
             nbytes = rounds[0]["bytes"]
+        saved = measure_save(bench, scratch / "resume")
+        resumes = resumes_in_fresh_processes(bench, saved["checkpoint"], preset_name)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     total = _known(nbytes)
@@ -993,7 +1052,8 @@ def run_benchmark(
             "verified_with": "mincore(2) over every file about to be read",
             "max_resident_fraction_allowed": MAX_RESIDENT,
             "max_resident_fraction_seen": max(
-                max(r["load_resident_before"], r["raw_read_resident_before"]) for r in rounds
+                *(max(r["load_resident_before"], r["raw_read_resident_before"]) for r in rounds),
+                *(r["resident_before"] for r in resumes),
             ),
         },
         "repeats": [{k: v for k, v in r.items() if k != "files"} for r in rounds],
@@ -1013,6 +1073,7 @@ def run_benchmark(
         },
         "bound": bounds(rounds, hashing, len(os.sched_getaffinity(0))),
         "warm_up": warm_up,
+        "resume": _resume_summary(resumes, rounds),
         "load_first_touch": _first_touch_summary(rounds),
         "torch": torch.__version__,
         "safetensors": safetensors.__version__,
@@ -1026,6 +1087,21 @@ def run_benchmark(
             "python": platform.python_version(),
             "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
         },
+    }
+
+
+def _resume_summary(resumes: list[dict[str, Any]], rounds: list[dict[str, Any]]) -> dict:
+    load_s = statistics.median(r["load_s"] for r in resumes)
+    raw_read_s = statistics.median(r["raw_read_s"] for r in rounds)
+    return {
+        "runs": resumes,
+        "load_s_median": load_s,
+        "ratio_to_raw_read": raw_read_s / load_s,
+        "cpu_s_median": statistics.median(r["cpu_s"] for r in resumes),
+        "system_s_median": statistics.median(r["system_s"] for r in resumes),
+        "note": f"{RESUMES} loads, each in a new interpreter that built the model and an "
+        "AdamW with no state (a resume), from a cold page cache, after the rounds; not in "
+        "the ratios above, which are the rounds' (loads in one process)",
     }
 
 
@@ -1081,6 +1157,12 @@ def _table(result: dict[str, Any]) -> str:
                 else ""
             )
         )
+    resume = result["resume"]
+    lines.append(
+        f"a resume's load (a fresh process, median of {len(resume['runs'])}): "
+        f"{resume['load_s_median']:.2f} s = {resume['ratio_to_raw_read']:.1%} of raw read; "
+        f"CPU {resume['cpu_s_median']:.2f} core-s, kernel {resume['system_s_median']:.2f}"
+    )
     touch = result["load_first_touch"]
     lines.append(
         f"load + first write of every page: {touch['load_plus_first_touch_s_median']:.2f} s "
@@ -1142,7 +1224,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--out", type=Path)
     parser.add_argument("--commit", help="the commit measured, where this tree's git cannot tell")
+    parser.add_argument("--time-a-resume", type=Path, help=argparse.SUPPRESS)  # the child's
     args = parser.parse_args(argv)
+    if args.time_a_resume:  # resumes_in_fresh_processes' child: one JSON line
+        torch.set_num_threads(args.threads)
+        print(json.dumps(time_a_resume(args.time_a_resume, args.preset)))
+        return 0
 
     started = time.perf_counter()
     load_before = os.getloadavg()  # others' work on a shared machine shows up here

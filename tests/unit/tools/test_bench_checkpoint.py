@@ -16,6 +16,7 @@ import mmap
 import os
 import resource
 import statistics
+import sys
 import threading
 from pathlib import Path
 
@@ -231,6 +232,28 @@ def _positive_finite(value: object) -> bool:
     return isinstance(value, float) and math.isfinite(value) and value > 0
 
 
+def test_a_resume_restores_the_saved_state_into_a_model_built_afresh(tmp_path):
+    b, checkpoint = _tiny_bench(tmp_path)
+    resumed = bench.time_a_resume(checkpoint, "tiny")
+    assert resumed["fingerprint"] == b.expected
+    assert resumed["load_s"] > 0 and 0 <= resumed["system_s"] <= resumed["cpu_s"]
+
+
+@pytest.mark.parametrize("child", ["restores other values", "fails"])
+def test_a_resume_that_restores_other_values_or_fails_stops_the_run(tmp_path, monkeypatch, child):
+    b, checkpoint = _tiny_bench(tmp_path)
+    wrong = {"load_s": 1.0, "cpu_s": 1.0, "system_s": 0.5, "fingerprint": [0.0]}
+    script = (
+        f"print({json.dumps(json.dumps(wrong))})"
+        if child == "restores other values"
+        else "import sys; sys.exit('no checkpoint here')"
+    )
+    monkeypatch.setattr(bench, "_resume_command", lambda *_: [sys.executable, "-c", script])
+    expected = "did not restore the saved" if child == "restores other values" else "no checkpoint"
+    with pytest.raises(bench.BenchmarkError, match=expected):
+        bench.resumes_in_fresh_processes(b, checkpoint, "tiny")
+
+
 def test_tiny_run_end_to_end_writes_complete_evidence(tmp_path):
     out = tmp_path / "evidence" / "bench.json"
     scratch = tmp_path / "scratch"
@@ -301,6 +324,14 @@ def test_tiny_run_end_to_end_writes_complete_evidence(tmp_path):
         ("save_format_2", "disk_write_s", "format_2_save_digests_s"),
     ):
         assert bound[side] == ("disk" if bound[disk] >= bound[digests] else "hashing (CPU)")
+
+    resume = result["resume"]  # loads in fresh processes, as a resume makes them
+    assert len(resume["runs"]) == bench.RESUMES
+    assert all(_positive_finite(r["load_s"]) for r in resume["runs"])
+    assert resume["load_s_median"] == statistics.median(r["load_s"] for r in resume["runs"])
+    assert resume["ratio_to_raw_read"] == pytest.approx(
+        medians["raw_read_s"] / resume["load_s_median"]
+    )
 
     warm_up = result["warm_up"]  # paid before the rounds, in neither side's times
     assert _positive_finite(warm_up["write_s"]) and warm_up["counted"] is False

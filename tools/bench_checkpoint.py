@@ -1185,10 +1185,10 @@ def _table(result: dict[str, Any]) -> str:
         disk += f", {side}s throttled to {limit / 1e9:.2f} GB/s (cgroup)"
     lines.append(disk)
     b = result["bound"]
-    for side, disk in (("load", "read"), ("save", "write")):
+    for side, io in (("load", "read"), ("save", "write")):
         cpu = b[f"{side}_cpu_s"]
         lines.append(
-            f"bound: {side} by {b[side]}: disk {disk} {b[f'disk_{disk}_s']:.2f} s, CPU "
+            f"bound: {side} by {b[side]}: disk {io} {b[f'disk_{io}_s']:.2f} s, CPU "
             f"{cpu['total']:.2f} core-s (hashing {cpu['hashing']:.2f}, kernel "
             f"{cpu['system']:.2f}, other {cpu['other']:.2f}) on {b['cores']} cores = "
             f"{b[f'{side}_cpu_floor_s']:.2f} s; {b[f'{side}_beyond_floor_s']:+.2f} s beyond "

@@ -349,7 +349,7 @@ def timed_calls(owner: object, name: str, seconds: list[float]) -> Iterator[None
 def trained_one_step(cfg: LlamaConfig, *, seed: int) -> tuple[Llama, torch.optim.AdamW]:
     """The model and AdamW after one real optimizer step on a tiny batch: full AdamW state."""
     model = build_model(cfg, seed=seed)
-    optimizer = optim.build_adamw(model, lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    optimizer = _adamw(model)
     generator = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, cfg.vocab_size, (1, 9), generator=generator)
     loss.accumulate_gradients(model, [loss.next_token_pairs(tokens)])
@@ -362,6 +362,11 @@ def trained_one_step(cfg: LlamaConfig, *, seed: int) -> tuple[Llama, torch.optim
 
 
 _ADAMW_STATE = {"step", "exp_avg", "exp_avg_sq"}
+
+
+def _adamw(model: Llama) -> torch.optim.AdamW:
+    """The benchmark's AdamW (no state until a step or a load)."""
+    return optim.build_adamw(model, lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 
 
 def fingerprint(model: Llama, optimizer: torch.optim.Optimizer) -> list[float]:
@@ -589,7 +594,7 @@ def _mount_of(path: Path) -> dict[str, Any]:
     return best
 
 
-def _filesystem(directory: Path, root: Path = Path("/")) -> dict[str, Any]:
+def _filesystem(directory: Path) -> dict[str, Any]:
     """The mount holding ``directory``, and what the numbers on it are the disk's: for a
     loop device, the file system its backing file lies on (tmpfs: the disk is RAM); the
     bandwidth limits a cgroup puts on this process for the device (a throttled device)."""
@@ -598,12 +603,12 @@ def _filesystem(directory: Path, root: Path = Path("/")) -> dict[str, Any]:
     device = found["device"] or ""
     if device.startswith("loop"):
         with contextlib.suppress(OSError):
-            backing = (root / "sys/block" / device / "loop/backing_file").read_text().strip()
+            backing = Path("/sys/block", device, "loop/backing_file").read_text().strip()
             found["loop_backing_file_system"] = _mount_of(Path(backing))["type"]
     return {
         **found,
         "same_device_as_repo": st_dev == os.stat(ROOT).st_dev,
-        "throttled_bytes_per_s": bandwidth_limits(os.major(st_dev), os.minor(st_dev), root),
+        "throttled_bytes_per_s": bandwidth_limits(os.major(st_dev), os.minor(st_dev)),
     }
 
 
@@ -612,33 +617,46 @@ def bandwidth_limits(major: int, minor: int, root: Path = Path("/")) -> dict[str
     ``major:minor`` (cgroup v1 blkio.throttle.*_bps_device, or v2 io.max): empty when none
     (limits set on an ancestor group are not looked for). ``root``: where /proc and /sys
     are (a test's fake tree)."""
-    limits: dict[str, int] = {}
     try:
         groups = (root / "proc/self/cgroup").read_text().splitlines()
     except OSError:
-        return limits
-    wanted = f"{major}:{minor}"
+        return {}
+    device, limits = f"{major}:{minor}", {}
     for line in groups:
         _, controllers, group = line.split(":", 2)
         group = group.lstrip("/")
         if "blkio" in controllers.split(","):
-            for side in ("read", "write"):
-                file = root / "sys/fs/cgroup/blkio" / group / f"blkio.throttle.{side}_bps_device"
-                with contextlib.suppress(OSError):
-                    for entry in file.read_text().splitlines():
-                        dev, value = entry.split()
-                        if dev == wanted:
-                            limits[side] = int(value)
-        elif controllers == "":
+            limits |= _blkio_limits(root / "sys/fs/cgroup/blkio" / group, device)
+        elif controllers == "":  # the v2 hierarchy, mounted alone or beside v1
             for base in ("sys/fs/cgroup", "sys/fs/cgroup/unified"):
-                with contextlib.suppress(OSError):
-                    for entry in (root / base / group / "io.max").read_text().splitlines():
-                        dev, *settings = entry.split()
-                        for setting in settings if dev == wanted else ():
-                            key, value = setting.split("=")
-                            side = {"rbps": "read", "wbps": "write"}.get(key)
-                            if side and value != "max":
-                                limits[side] = int(value)
+                limits |= _io_max_limits(root / base / group / "io.max", device)
+    return limits
+
+
+def _blkio_limits(group: Path, device: str) -> dict[str, int]:
+    """cgroup v1: lines "MAJOR:MINOR BYTES_PER_S" in blkio.throttle.{read,write}_bps_device."""
+    limits = {}
+    for side in ("read", "write"):
+        with contextlib.suppress(OSError):
+            for entry in (group / f"blkio.throttle.{side}_bps_device").read_text().splitlines():
+                dev, value = entry.split()
+                if dev == device:
+                    limits[side] = int(value)
+    return limits
+
+
+def _io_max_limits(io_max: Path, device: str) -> dict[str, int]:
+    """cgroup v2: lines "MAJOR:MINOR rbps=N wbps=max riops=... wiops=..." in io.max."""
+    limits = {}
+    with contextlib.suppress(OSError):
+        for entry in io_max.read_text().splitlines():
+            dev, *settings = entry.split()
+            if dev != device:
+                continue
+            for key, value in (setting.split("=") for setting in settings):
+                side = {"rbps": "read", "wbps": "write"}.get(key)
+                if side and value != "max":
+                    limits[side] = int(value)
     return limits
 
 
@@ -728,7 +746,7 @@ def time_a_resume(checkpoint: Path, preset_name: str) -> dict[str, Any]:
     just built from the preset (other weights than the saved ones) and an AdamW with no
     state yet. Its seconds and CPU, and the fingerprint of what it restored."""
     model = build_model(preset(preset_name), seed=MODEL_SEED + 1)
-    optimizer = optim.build_adamw(model, lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    optimizer = _adamw(model)
     with spending() as spent:
         load.load_checkpoint(checkpoint, model, optimizer)
     return {

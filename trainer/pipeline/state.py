@@ -82,13 +82,13 @@ def project_fingerprint(where: Path, *, outside: Path | None = None) -> str:
         top, head = _git_out([*git, "rev-parse", "--show-toplevel", "HEAD"]).decode().splitlines()
         changes = _git_out([*git, "diff", "HEAD", "--full-index"])
         listed = _git_out([*git, "-C", top, "ls-files", "-z", "--others", "--exclude-standard"])
-    except (OSError, ValueError, subprocess.CalledProcessError):
+    except (OSError, ValueError, subprocess.SubprocessError):
         return never_again
     skip = Path(os.path.realpath(outside)) if outside is not None else None
     untracked = {}
     for name in sorted(n for n in listed.decode("utf-8", "surrogateescape").split("\0") if n):
-        path = Path(top, name)
-        if skip is not None and Path(os.path.realpath(path)).is_relative_to(skip):
+        path = Path(top, name)  # top is git's resolved path: a symlink here is not followed
+        if skip is not None and path.is_relative_to(skip):
             continue
         try:
             untracked[name] = f"-> {os.readlink(path)}" if path.is_symlink() else sha256_file(path)
@@ -100,7 +100,7 @@ def project_fingerprint(where: Path, *, outside: Path | None = None) -> str:
 
 
 def _git_out(command: list[str]) -> bytes:
-    return subprocess.run(command, capture_output=True, check=True).stdout
+    return subprocess.run(command, capture_output=True, check=True, timeout=60).stdout
 
 
 def stage_key(inputs: dict) -> str:

@@ -32,9 +32,8 @@ SECONDS = ("save_s", "raw_write_s", "load_s", "raw_read_s")
 
 
 def _repeats(**series: list[float]) -> list[dict[str, float]]:
-    return [
-        dict(zip(SECONDS, values, strict=True)) for values in zip(*series.values(), strict=True)
-    ]
+    """One dict a round, keyed by the series' names: _repeats(save_s=[1, 2], ...)."""
+    return [dict(zip(series, values, strict=True)) for values in zip(*series.values(), strict=True)]
 
 
 def test_summarize_takes_medians_and_ratios_of_the_measured_seconds():
@@ -129,7 +128,6 @@ def test_the_raw_file_holds_the_source_bytes_in_order_at_the_exact_size(tmp_path
     path = tmp_path / "raw.bin"
     size = 23 if io == "buffered" else 3 * durable.DIRECT_ALIGN + 23
     seconds, wrote = bench.raw_write(path, size, sources, chunk_bytes=4)
-    monkeypatch.setattr(os, "write", os.write)
     assert seconds > 0 and wrote == io
     data = path.read_bytes()  # cycled, cut at ``size`` bytes
     assert data == (b"abcdefgXYZ" * (size // 10 + 1))[:size]
@@ -376,10 +374,6 @@ def test_spending_counts_the_user_and_kernel_seconds_of_every_thread():
     assert spent.seconds > 0
 
 
-def _bound_rounds(**series: list[float]) -> list[dict[str, float]]:
-    return [dict(zip(series, values, strict=True)) for values in zip(*series.values(), strict=True)]
-
-
 HASHING = {
     "one_stream_s": 3.5,
     "ranges_one_thread_s": 3.0,
@@ -394,7 +388,7 @@ def test_each_side_is_bound_by_the_higher_of_its_disk_and_cpu_floors():
     memory) is bound by the CPU, not by a disk that reads in 2.2 s - what the rule that
     counted the hashing alone called it. A save whose CPU fits under its disk time is the
     disk's."""
-    rounds = _bound_rounds(
+    rounds = _repeats(
         raw_read_s=[2.2, 2.2, 2.3],
         raw_write_s=[5.0, 4.8, 4.9],
         load_s=[3.9, 3.8, 4.0],
@@ -420,7 +414,7 @@ def test_each_side_is_bound_by_the_higher_of_its_disk_and_cpu_floors():
 
 @pytest.mark.parametrize("cores, expected", [(1, "CPU"), (2, "disk"), (4, "disk")])
 def test_the_cpu_floor_is_spread_over_the_cores_the_run_may_use(cores, expected):
-    rounds = _bound_rounds(
+    rounds = _repeats(
         raw_read_s=[2.0], raw_write_s=[2.0], load_s=[2.1], load_cpu_s=[3.0],
         load_system_s=[0.5], save_s=[2.1], save_cpu_s=[3.0], save_system_s=[0.5],
     )  # fmt: skip

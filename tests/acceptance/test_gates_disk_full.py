@@ -78,11 +78,17 @@ def promoted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     proc = _promote(root, root / "runs" / "lines.txt", limit=None)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     widget_project.commit_all(root, "promoted")
-    time.sleep(1.1)  # then a status that leaves git an index it never rewrites (not racy)
+    _settle_index(root)
+    return root
+
+
+def _settle_index(root: Path) -> None:
+    """A git status a second after the last change: it leaves an index git never rewrites
+    (no entry racily clean), so a status under a size limit writes nothing."""
+    time.sleep(1.1)
     subprocess.run(
         ["git", "-C", str(root), "status", "--porcelain"], check=True, capture_output=True
     )
-    return root
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
@@ -135,6 +141,7 @@ def test_the_same_promotion_without_a_limit_succeeds(promoted: Path) -> None:
     proc = _promote(promoted, promoted / "runs" / "lines.txt", limit=HOOK_BYTES * 4)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     widget_project.git(promoted, "reset", "-q", "--hard")
+    _settle_index(promoted)
 
 
 def test_a_git_status_that_cannot_write_the_index_is_an_io_error_not_a_dirty_tree(
@@ -148,8 +155,9 @@ def test_a_git_status_that_cannot_write_the_index_is_an_io_error_not_a_dirty_tre
     widget.touch()
     try:  # the hook is written, then git cannot rewrite its index
         proc = _promote(promoted, promoted / "runs" / "lines.txt", limit=(HOOK_BYTES + index) // 2)
-    finally:
-        subprocess.run(["git", "-C", str(promoted), "status"], check=True, capture_output=True)
+    finally:  # git, stopped mid-write, may leave its lock; the module's other tests need git
+        (promoted / ".git" / "index.lock").unlink(missing_ok=True)
+        _settle_index(promoted)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "uncommitted" not in proc.stderr
     # git is killed by SIGXFSZ (subprocess restores its default) or says "File too large".

@@ -215,7 +215,9 @@ def test_an_export_missing_or_garbling_any_file_is_made_again(first_run, capsys,
 def test_a_changed_config_redoes_training_and_reuses_tokenizer_and_shards(
     first_run, tmp_path, capsys
 ):
-    _, out, _, corpus = first_run
+    _, first, _, corpus = first_run
+    out = tmp_path / "run"  # a copy: the shared first run stays the 12-step run it was
+    shutil.copytree(first, out, symlinks=True)
     config = tiny_config(tmp_path / "tiny.yaml", max_steps=6)
     status, stdout, _ = run_pipeline(capsys, pipeline_argv(config, out, corpus))
     assert status == 0

@@ -23,7 +23,7 @@ PYTEST_DURATIONS ?= --durations=30 --durations-min=5
 PYTEST_THREADS ?= $(or $(OMP_NUM_THREADS),1)
 PYTEST := OMP_NUM_THREADS=$(PYTEST_THREADS) tools/pytest.sh
 
-.PHONY: venv demo test test-quick ship-blocking gates-check audit lint clean golden framework-alone examples-alone
+.PHONY: venv demo test test-quick test-reversed ship-blocking gates-check audit lint clean golden framework-alone examples-alone
 
 venv: $(STAMP)
 
@@ -72,6 +72,11 @@ golden: $(STAMP)
 
 test-quick: $(STAMP)
 	$(PYTEST) $(PYTEST_JOBS) -m "not slow" $(PYTEST_ARGS)
+
+# The whole suite in reverse order (tests/reverse_order.py), each file in one worker: a net for
+# tests that pass only after the tests before them. Not in CI (it is a second suite's time).
+test-reversed: $(STAMP)
+	$(PYTEST) -p tests.reverse_order -n auto --dist loadfile $(PYTEST_ARGS)
 
 # Exactly the tests bound to ship-blocking gates (none bound yet is not a failure).
 ship-blocking: $(STAMP)

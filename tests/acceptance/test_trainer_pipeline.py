@@ -418,7 +418,10 @@ def test_the_code_fingerprint_follows_every_source_file_and_nothing_else(tmp_pat
     (package / "cli.py").rename(package / "main.py")  # the same bytes, another module
     renamed = code_fingerprint(package)
     (package / "tokenizer" / "extra.py").write_text("")  # a new, empty module
-    assert len({before, edited_c, renamed, code_fingerprint(package)}) == 4
+    added = code_fingerprint(package)
+    (package / "config").mkdir()
+    (package / "config" / "schema.json").write_text("{}")  # package data the code reads
+    assert len({before, edited_c, renamed, added, code_fingerprint(package)}) == 5
     assert code_fingerprint() == code_fingerprint(Path(pipeline_run.__file__).parents[1])
 
 

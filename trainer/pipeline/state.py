@@ -57,13 +57,18 @@ def files_fingerprint(paths: Iterable[Path]) -> tuple[str, int, int]:
     return digest.hexdigest(), count, size
 
 
+#: What code_fingerprint reads: the package's code and the data files it ships and reads.
+SOURCE_SUFFIXES = (".py", ".c", ".json")
+
+
 def code_fingerprint(package: Path | None = None) -> str:
-    """sha256 over every source file (.py, .c) of the trainer package (or ``package``, a
-    directory), by path and content. An artifact is a function of the code that built it:
-    with this in its key, a tokenizer or shards made by an edited or upgraded trainer are
-    made again, never served from the run directory as if this code had made them."""
+    """sha256 over every source file (.py, .c, and .json: the package data it reads, such as
+    config/schema.json) of the trainer package (or ``package``, a directory), by path and
+    content. An artifact is a function of the code that built it: with this in its key, a
+    tokenizer or shards made by an edited or upgraded trainer are made again, never served
+    from the run directory as if this code had made them."""
     root = Path(package) if package is not None else Path(__file__).resolve().parents[1]
-    sources = (p for p in root.rglob("*") if p.suffix in (".py", ".c") and p.is_file())
+    sources = (p for p in root.rglob("*") if p.suffix in SOURCE_SUFFIXES and p.is_file())
     return canonical_sha256({p.relative_to(root).as_posix(): sha256_file(p) for p in sources})
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from trainer import exit_codes
 from trainer.cli import main
 from trainer.config.load import load_config
 from trainer.pipeline import run as pipeline_run
@@ -456,6 +457,40 @@ def test_sigterm_during_training_is_not_done_and_the_next_run_resumes_to_the_sam
     assert subprocess.run(whole, cwd=ROOT, capture_output=True, check=False).returncode == 0
     assert _last_loss(out) == _last_loss(straight)
     assert [r["step"] for r in _records(out)] == list(range(1, 41))
+
+
+@pytest.mark.slow
+def test_a_training_an_alert_stopped_exits_4_and_is_never_recorded_finished(
+    tmp_path, capsys, corpus
+):
+    """A stop rule that fires ends the pipeline at its train stage with the trainer's alert
+    status (4): the rule is named, nothing is exported or scored, the stage stays "started".
+    The next run does not take the stopped training for a finished one either: it resumes,
+    the rule fires again, and still nothing is exported. A positive control first: the same
+    rule as a warning lets the pipeline finish."""
+
+    def with_rule(name: str, action: str) -> Path:
+        config = tiny_config(tmp_path / name)
+        rule = (
+            f"  alerts:\n    - when: grad_norm > 0\n      action: {action}\n      after_step: 2\n"
+        )
+        config.write_text(config.read_text() + "monitoring:\n" + rule, encoding="utf-8")
+        return config
+
+    warned = run_pipeline(
+        capsys, pipeline_argv(with_rule("warn.yaml", "warn"), tmp_path / "w", corpus)
+    )
+    assert warned[0] == 0, warned[2]
+    out = tmp_path / "run"
+    argv = pipeline_argv(with_rule("stop.yaml", "stop"), out, corpus)
+    for attempt in ("first", "again"):
+        status, _, err = run_pipeline(capsys, argv)
+        assert status == exit_codes.ALERT_STOPPED, f"{attempt}: {err}"
+        assert "stage train:" in err and '"grad_norm > 0" (stop)' in err, err
+        assert not (out / "export").exists() and not (out / "baseline.json").exists(), attempt
+        stages = json.loads((out / PIPELINE_STATE_FILE).read_text())["stages"]
+        assert stages["train"]["status"] == "started", attempt
+    assert [r["step"] for r in _records(out)] == [1, 2, 3], "resumed at 2, stopped again at 3"
 
 
 def test_a_pipeline_file_that_is_not_an_object_or_not_a_file_is_refused(tmp_path, corpus):

@@ -289,6 +289,24 @@ def test_an_invalid_config_trains_nothing(tmp_path, capsys, corpus):
     assert not (tmp_path / "run" / "tokenizer").exists()
 
 
+def test_a_corpus_file_that_is_not_utf8_ends_the_tokenizer_stage_naming_it(tmp_path, corpus):
+    """The user's error, not a traceback: the stage, the file and the byte; exit 1, and no
+    tokenizer, shards or training. A subprocess, so that an error let through fails an
+    assertion (on its traceback) rather than this test."""
+    bad = tmp_path / "corpus"
+    shutil.copytree(corpus / "json", bad / "json")
+    (bad / "json" / "latin1.py").write_bytes(b"x = 1\n# caf\xe9\n")
+    config = tiny_config(tmp_path / "tiny.yaml")
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "trainer", *pipeline_argv(config, out, bad)]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    said = f"stage tokenizer: {bad / 'json' / 'latin1.py'}: not UTF-8 (byte offset 11)"
+    assert said in proc.stderr, proc.stderr[-2000:]
+    assert not any((out / name).exists() for name in ("tokenizer", "data", "train"))
+
+
 # ---------------------------------------------------------------- what it may touch (issue 31)
 def test_an_out_holding_files_it_did_not_write_is_refused_with_nothing_touched(
     tmp_path, capsys, corpus

@@ -11,7 +11,8 @@ returned it (`trainer pipeline` passes `trainer apply`'s on):
                         after the step in progress and its checkpoint
     1    FINDINGS       an input that fails its checks: config, data, tokenizer, run or
                         checkpoint directory, a refused resume, a failed pipeline stage;
-                        nothing written
+                        nothing written. `trainer pipeline`: also a gate its gate stage
+                        checked that reads FAIL (all written; the gate named on stderr)
     2    USAGE          bad command line (argparse)
     3    INTERNAL       pv and gates: a bug in shipgate (the trainer never returns it: an
                         unexpected exception ends it with Python's traceback, status 1)

@@ -385,6 +385,85 @@ def test_a_later_stop_after_continues_the_run_or_an_earlier_one_sets_it_aside(
     assert [r["step"] for r in _records(out)] == [1, 2]
 
 
+# ---------------------------------------------------------------- the gate stage
+ON_THIS_RUN = "GATE-TRAIN-LOOP-015"  # run.DEMO_GATES' gate measured on the run directory
+
+
+def _gate_stage(stdout: str) -> str:
+    """'reused' or 'done': the gate stage's outcome line."""
+    return re.search(r"^\s+gates: (reused|done)", stdout, flags=re.MULTILINE).group(1)
+
+
+def _with_gates(config: Path, out: Path, corpus: Path) -> list[str]:
+    return [arg for arg in pipeline_argv(config, out, corpus) if arg != "--no-gates"]
+
+
+@pytest.mark.slow
+def test_the_gate_stage_checks_this_run_and_a_rerun_reuses_its_verdicts(
+    first_run, tmp_path, capsys, monkeypatch
+):
+    """The real `gates check` of every demo gate, one on this run's directory: each reads
+    PASS, exit 0, evidence in RUN/evidence/ naming the run as its artifact; a second run with
+    nothing changed serves the verdicts instead of measuring again."""
+    config, first, _, corpus = first_run
+    out = tmp_path / "run"
+    shutil.copytree(first, out, symlinks=True)
+    monkeypatch.chdir(ROOT)  # the gate stage's contracts/ is the working directory's
+    status, stdout, err = run_pipeline(capsys, _with_gates(config, out, corpus))
+    assert status == 0, err
+    assert _gate_stage(stdout) == "done"
+    checks = json.loads((out / PIPELINE_STATE_FILE).read_text())["stages"]["gates"]
+    verdicts = {gate: c["verdict"] for gate, c in checks["results"]["checks"].items()}
+    assert verdicts == {gate: "PASS" for gate, _ in pipeline_run.DEMO_GATES}, verdicts
+    for gate, on_run in pipeline_run.DEMO_GATES:
+        evidence = json.loads((out / "evidence" / f"{gate}.json").read_text())
+        assert (evidence["gate"], evidence["verdict"]) == (gate, "PASS")
+        assert bool(evidence["artifacts"]) == on_run, gate
+    status, stdout, err = run_pipeline(capsys, _with_gates(config, out, corpus))
+    assert status == 0, err
+    assert _gate_stage(stdout) == "reused"
+
+
+def test_a_gate_that_reads_fail_fails_the_pipeline_also_when_reused(
+    first_run, tmp_path, capsys, monkeypatch
+):
+    """A FAIL from the gate stage is exit 1 (FINDINGS) with the gate and its evidence named,
+    every stage done and the summary written - and again when the next run reuses that
+    verdict. Control: the same pipeline whose checks read PASS exits 0."""
+    config, first, _, corpus = first_run
+    monkeypatch.chdir(ROOT)
+    checked = []
+
+    def check(verdict: str):
+        def fake(contracts, gate_id, artifacts, out, files, *, show):
+            checked.append(gate_id)
+            answer = {"gate": gate_id, "verdict": verdict if gate_id == ON_THIS_RUN else "PASS"}
+            out.write_text(json.dumps(answer))
+            return answer
+
+        return fake
+
+    for verdict, expected in (("PASS", exit_codes.OK), ("FAIL", exit_codes.FINDINGS)):
+        out = tmp_path / verdict
+        shutil.copytree(first, out, symlinks=True)
+        monkeypatch.setattr(pipeline_run, "_check_gate", check(verdict))
+        status, stdout, err = run_pipeline(capsys, _with_gates(config, out, corpus))
+        assert status == expected, f"{verdict}: {err}"
+        assert (out / "summary.json").is_file() and (out / "report.html").is_file()
+    said = (
+        f"trainer pipeline: error: gate stage: {ON_THIS_RUN} reads FAIL on this run "
+        f"(evidence {out / 'evidence' / ON_THIS_RUN}.json)"
+    )
+    assert said in err, err
+    assert (
+        json.loads((out / "summary.json").read_text())["checks"][ON_THIS_RUN]["verdict"] == "FAIL"
+    )
+    checked.clear()
+    status, stdout, err = run_pipeline(capsys, _with_gates(config, out, corpus))
+    assert (_gate_stage(stdout), checked) == ("reused", [])
+    assert status == exit_codes.FINDINGS and said in err, err
+
+
 @pytest.mark.slow
 def test_a_copied_run_directory_reuses_every_stage(first_run, tmp_path, capsys):
     """Paths are where a run is, not what it is: a copy elsewhere reuses its training

@@ -18,14 +18,16 @@ them into --out/before-pipeline-N/. Nothing the pipeline did not make is deleted
 redone moves its old output aside as NAME.superseded-N unless it is exactly the files the
 stage left. One pipeline writes a run directory at a time (a second is refused, naming the
 first's pid). Exit status (trainer/exit_codes.py): 0 done; 1 bad input, a run directory
-in use or not the pipeline's, or a stage that failed (its message names the stage and the
-cause); 130 or 143 the training run was stopped by SIGINT or SIGTERM after a step and its
-checkpoint: nothing exported, run again to resume; 4 a stop alert of the
-config ended the training run (its checkpoint is kept); 5 the training run aborted
-(non-finite loss, divergence, exhausted data) - run it again after fixing the cause: the
-stages before training are reused; 6 the training run's final checkpoint could not be
-written (disk full, a file size limit): nothing is exported or scored - free space and run
-it again, the training run resumes from its last good checkpoint.
+in use or not the pipeline's, a stage that failed (its message names the stage and the
+cause), or a gate the gate stage checked that reads FAIL (every stage done, the summary and
+report written; the gate and its evidence named on stderr); 130 or 143 the training run was
+stopped by SIGINT or SIGTERM after a step and its checkpoint: nothing exported, run again to
+resume; 4 a stop alert of the config ended the training run (its checkpoint is kept); 5 the
+training run aborted (non-finite loss, divergence, exhausted data) - run it again after
+fixing the cause: the stages before training are reused; 6 the training run's final
+checkpoint could not be written (disk full, a file size limit): nothing is exported or
+scored - free space and run it again, the training run resumes from its last good
+checkpoint.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def _stderr(line: str) -> None:
 def cmd_pipeline(args: argparse.Namespace) -> int:
     from trainer.pipeline.run import Pipeline, PipelineOptions  # noqa: PLC0415
     from trainer.pipeline.state import PipelineError  # noqa: PLC0415
-    from trainer.pipeline.summary import render_summary  # noqa: PLC0415
+    from trainer.pipeline.summary import failed_checks, render_summary  # noqa: PLC0415
 
     if not args.config.is_file():
         print(f"trainer pipeline: error: {args.config}: no such config file", file=sys.stderr)
@@ -98,7 +100,10 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         )
         return exit_codes.SIGNALLED_BASE + signal.SIGINT
     print(render_summary(summary))
-    return exit_codes.OK
+    failed = failed_checks(summary)
+    for line in failed:
+        print(f"trainer pipeline: error: gate stage: {line}", file=sys.stderr)
+    return exit_codes.FINDINGS if failed else exit_codes.OK
 
 
 def add_pipeline_parser(sub: argparse._SubParsersAction) -> None:

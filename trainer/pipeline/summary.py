@@ -185,7 +185,21 @@ def build_summary(
         "plots": [str(run_dir / p) for p in plots],
         "report": str(job.report) if job.report.is_file() else None,
         "gates": rows,
+        "checks": checks,
     }
+
+
+def failed_checks(summary: dict) -> list[str]:
+    """One line per gate the gate stage checked whose verdict is neither PASS nor PARTIAL
+    (what `gates check` exits non-zero for), naming its evidence: the pipeline then exits
+    FINDINGS, so a run that fails a gate never reads as done. A reused verdict counts too."""
+    return [
+        f"{gate} reads {check['verdict']}"
+        f"{' on this run' if check.get('on_this_run') else ''} (evidence "
+        f"{Path(summary['run_dir']) / check['evidence']})"
+        for gate, check in summary.get("checks", {}).items()
+        if check["verdict"] not in ("PASS", "PARTIAL")
+    ]
 
 
 def _mb(n: int) -> str:

@@ -403,8 +403,8 @@ def test_the_gate_stage_checks_this_run_and_a_rerun_reuses_its_verdicts(
     first_run, tmp_path, capsys, monkeypatch
 ):
     """The real `gates check` of every demo gate, one on this run's directory: each reads
-    PASS, exit 0, evidence in RUN/evidence/ naming the run as its artifact; a second run with
-    nothing changed serves the verdicts instead of measuring again."""
+    PASS, exit 0, evidence in RUN/evidence/ (an artifact recorded only for the gate measured
+    on the run); a second run with nothing changed serves the verdicts, measuring nothing."""
     config, first, _, corpus = first_run
     out = tmp_path / "run"
     shutil.copytree(first, out, symlinks=True)

@@ -424,6 +424,7 @@ def test_the_gate_stage_checks_this_run_and_a_rerun_reuses_its_verdicts(
     assert _gate_stage(stdout) == "reused"
 
 
+@pytest.mark.slow
 def test_a_gate_that_reads_fail_fails_the_pipeline_also_when_reused(
     first_run, tmp_path, capsys, monkeypatch
 ):

@@ -82,12 +82,16 @@ def pipeline_argv(config: Path, out: Path, corpus: Path, *extra: str) -> list[st
             "--input", str(corpus), "--no-gates", *extra]  # fmt: skip
 
 
-def stage_lines(text: str) -> dict[str, str]:
-    """stage -> 'reused' or 'done' from the pipeline's per-stage outcome lines."""
+ARTIFACT_STAGES = ("tokenizer", "data", "train", "export", "baseline", "plots")
+
+
+def stage_lines(text: str, stages: tuple[str, ...] = ARTIFACT_STAGES) -> dict[str, str]:
+    """stage -> 'reused' or 'done' from the pipeline's per-stage outcome lines (of the
+    artifact stages unless ``stages`` names others: the gate stage reads "done" skipped)."""
     out = {}
     for line in text.splitlines():
         name, sep, rest = line.strip().partition(": ")
-        if sep and name in ("tokenizer", "data", "train", "export", "baseline", "plots"):
+        if sep and name in stages:
             out[name] = "reused" if rest.startswith("reused") else "done"
     return out
 
@@ -391,7 +395,7 @@ ON_THIS_RUN = "GATE-TRAIN-LOOP-015"  # run.DEMO_GATES' gate measured on the run 
 
 def _gate_stage(stdout: str) -> str:
     """'reused' or 'done': the gate stage's outcome line."""
-    return re.search(r"^\s+gates: (reused|done)", stdout, flags=re.MULTILINE).group(1)
+    return stage_lines(stdout, ("gates",))["gates"]
 
 
 def _with_gates(config: Path, out: Path, corpus: Path) -> list[str]:

@@ -87,7 +87,8 @@ ARTIFACT_STAGES = ("tokenizer", "data", "train", "export", "baseline", "plots")
 
 def stage_lines(text: str, stages: tuple[str, ...] = ARTIFACT_STAGES) -> dict[str, str]:
     """stage -> 'reused' or 'done' from the pipeline's per-stage outcome lines (of the
-    artifact stages unless ``stages`` names others: the gate stage reads "done" skipped)."""
+    artifact stages unless ``stages`` names others; a line that says "skipped" reads
+    "done": the gate stage under --no-gates)."""
     out = {}
     for line in text.splitlines():
         name, sep, rest = line.strip().partition(": ")
@@ -233,6 +234,52 @@ def test_a_changed_config_redoes_training_and_reuses_tokenizer_and_shards(
     assert summary["training"]["steps"] == 6
     steps = [json.loads(x)["step"] for x in (out / "train/metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 7))  # the old run's directory was replaced, not appended
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.slow
+def test_a_refused_config_keeps_the_finished_training_and_leaves_no_summary_of_it(
+    first_run, tmp_path, capsys
+):
+    """A rerun whose config the step algebra refuses: the finished training, its record
+    and its files stay as they were (a second run with the first config reuses it), and
+    the last run's summary and report are cleared - deleted when they are the pipeline's
+    bytes, moved aside when edited since - so nothing in the run directory reads as this
+    run having finished."""
+    config, first, _, corpus = first_run
+    out = tmp_path / "run"
+    shutil.copytree(first, out, symlinks=True)
+    summary = out / "summary.json"
+    edited = summary.read_bytes() + b"\n"  # a user's edit: not the bytes the pipeline wrote
+    summary.write_bytes(edited)
+    report = out / "report.html"
+    assert report.is_file()
+    train_before = _files(out / "train")
+    aside_before = {p.name for p in out.iterdir() if "superseded" in p.name}  # other tests'
+    record_before = json.loads((out / PIPELINE_STATE_FILE).read_text())["stages"]["train"]
+    refused = tiny_config(tmp_path / "refused.yaml", max_steps=100_000)  # > 1 epoch of steps
+
+    status, stdout, err = run_pipeline(capsys, pipeline_argv(refused, out, corpus))
+
+    assert status == exit_codes.FINDINGS, err
+    assert "stage train:" in err and "the step algebra refuses this run" in err
+    assert "INV-CFG-002" in err  # the finding that says why, shown once
+    assert err.count("INV-CFG-002") == 1
+    assert _files(out / "train") == train_before
+    assert json.loads((out / PIPELINE_STATE_FILE).read_text())["stages"]["train"] == record_before
+    assert not summary.exists() and not report.exists()
+    aside = sorted({p.name for p in out.iterdir() if "superseded" in p.name} - aside_before)
+    assert aside == ["summary.json.superseded-1"], aside  # the report was the pipeline's
+    assert (out / aside[0]).read_bytes() == edited
+    assert "moved summary.json aside to summary.json.superseded-1" in stdout
+
+    status, stdout, err = run_pipeline(capsys, pipeline_argv(config, out, corpus))
+    assert status == 0, err
+    assert set(stage_lines(stdout).values()) == {"reused"}
+    assert json.loads(summary.read_text())["training"]["steps"] == 12 and report.is_file()
 
 
 @pytest.mark.slow

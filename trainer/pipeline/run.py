@@ -40,6 +40,13 @@ Nothing the pipeline did not make is ever deleted (issue 31):
   (a checkpoint carries its own format version, which the loader checks).
 - The gates stage is keyed by the code that measures, too: the project holding the
   contracts, by HEAD, uncommitted changes and untracked files (state.project_fingerprint).
+- summary.json and report.html are the last run's record: the next run clears them
+  (the same rule: deleted when they are the bytes it wrote) before its first stage, and
+  writes its own only when every stage is done, so a run that fails, is stopped or is
+  killed never leaves one that reads as finished.
+- A new run config is checked (the step algebra with the real sequence count, the data)
+  before a finished training is set aside for it: a config `trainer apply` refuses
+  leaves the training and its record as they were.
 
 The run directory is what C-TRAINING-LOOP's checkpoint gates call a loop run directory
 (run.yaml, tokenizer/, data/, train/), so `gates check GATE-TRAIN-LOOP-015 --artifact
@@ -56,7 +63,7 @@ import signal
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gates.io.files import atomic_write_bytes, atomic_write_text, fsync_dir, sha256_file
@@ -84,6 +91,8 @@ DEMO_GATES = (
     ("GATE-TRAIN-LOOP-017", False),
     ("GATE-PV-001", False),
 )
+#: pipeline.json's record of the summary.json a finished run wrote (not a stage: no key).
+SUMMARY_RECORD = "summary"
 #: BPE's minimum pair count, `trainer tokenizer train`'s default (part of the stage's key).
 TOKENIZER_MIN_FREQUENCY = 2
 
@@ -143,7 +152,7 @@ class Stage:
     it finished with that key, every output it recorded still has its sha256, and
     ``intact`` holds too. Otherwise ``make`` makes it (clearing its old output with
     Pipeline._make_room first) and the loop records what it made. An unkeyed stage is
-    made every time and never recorded."""
+    made every time, never reused; what it made is recorded all the same."""
 
     name: str
     inputs: Callable[[Pipeline, Job], dict]
@@ -194,26 +203,42 @@ class Pipeline:
                 self._claim(moving=True)  # again, holding the lock: nobody else writes now
                 state = PipelineState.load(self.out)
                 state.claim()  # pipeline.json first: a kill in stage 1 leaves the dir ours
+                self._withdraw_last_summary(state)
                 job = Job(state, cfg, self._corpus_fingerprint(), code_fingerprint())
                 for number, stage in enumerate(STAGES, start=1):
                     self.say(f"[{number}/{len(STAGES)}] {stage.name}")
                     self._run_stage(stage, job)
                 summary = build_summary(self.out, state, job.corpus, job.run_cfg, self.outcomes)
+                summary["seconds"] = round(time.perf_counter() - started, 1)
+                atomic_write_json(self.paths.summary, summary)
+                state.record(
+                    SUMMARY_RECORD,
+                    "",
+                    outputs={self._rel(self.paths.summary): sha256_file(self.paths.summary)},
+                    seconds=0.0,
+                )
         except RunDirLockedError as exc:
             raise PipelineError(f"{exc}; nothing written") from None
-        summary["seconds"] = round(time.perf_counter() - started, 1)
-        atomic_write_json(self.paths.summary, summary)
         return summary
+
+    def _withdraw_last_summary(self, state: PipelineState) -> None:
+        """The last run's summary.json and report.html describe that run, not this one:
+        they go before this run's first stage, so a run that fails, is stopped or is killed
+        leaves none that reads as finished (the run writes its own at its end). Deleted
+        when they are the bytes the pipeline recorded, moved aside otherwise (_make_room)."""
+        for record, target in ((SUMMARY_RECORD, self.paths.summary), ("report", self.paths.report)):
+            self._make_room(state, record, target, "the last run's, edited since")
+            state.forget(record)
 
     def _run_stage(self, stage: Stage, job: Job) -> None:
         """Key -> reuse -> make -> record, and the stage's outcome line."""
         started = time.perf_counter()
-        reused = False
+        reused = skipped = False
         try:
             inputs = stage.inputs(self, job)
         except Skipped as why:
             job.state.forget(stage.name)
-            note = f"skipped ({why})"
+            skipped, note = True, str(why)
         else:
             key = stage_key(inputs) if stage.keyed else ""
             if (
@@ -224,7 +249,9 @@ class Pipeline:
                 reused, note = True, stage.reused_note(self, job)
             else:
                 made = stage.make(self, job, key)
-                if stage.keyed:
+                # An unkeyed stage is recorded too (never reused): what it wrote is known to
+                # be the pipeline's, for the next run to clear.
+                if stage.keyed or made.outputs:
                     job.state.record(
                         stage.name,
                         key,
@@ -235,6 +262,9 @@ class Pipeline:
                 note = made.note
         seconds = time.perf_counter() - started
         self.outcomes.append(StageOutcome(stage.name, reused, seconds, note))
+        if skipped:
+            self.say(f"      {stage.name}: skipped ({note})")
+            return
         verb = "reused" if reused else f"done in {_duration(seconds)}"
         self.say(f"      {stage.name}: {verb}{' - ' + note if note else ''}")
 
@@ -427,10 +457,21 @@ class Pipeline:
             RunAbortedError,
             alert_line,
             apply_config,
+            check_config,
             summary_line,
         )
 
         state, train, steps = job.state, self.paths.train, self._last_step(job)
+        options = ApplyOptions(
+            stop_after=self.options.stop_after, out=train.root, device=self.options.device
+        )
+        findings: list[str] = []  # said by the run itself; here only to explain a refusal
+        try:  # before anything below moves a finished training aside or records a start
+            check_config(self.paths.run_config, options, say=findings.append)
+        except ApplyError as exc:
+            for line in findings:
+                self.progress(line)
+            raise _failed("train", exc) from exc
         newest = latest_valid(train.checkpoints)[0] if train.root.is_dir() else None
         resume = None
         if state.same_key("train", key) and newest is not None and step_of(newest) <= steps:
@@ -447,14 +488,12 @@ class Pipeline:
             )
             self._make_room(state, "train", train.root, why)
         state.mark_started("train", key)
-        options = ApplyOptions(
-            stop_after=self.options.stop_after,
-            out=train.root,
-            device=self.options.device,
-            resume=resume,
-        )
         try:
-            result, out_dir = apply_config(self.paths.run_config, options, say=self.progress)
+            result, out_dir = apply_config(
+                self.paths.run_config,
+                replace(options, resume=resume),
+                say=self.progress,
+            )
         except ApplyError as exc:
             raise _failed("train", exc) from exc
         except RunAbortedError as exc:
@@ -564,11 +603,10 @@ class Pipeline:
     def _gates_inputs(self, job: Job) -> dict:
         contracts = self._contract_files()
         if not self.options.gates:
-            raise Skipped("skipped (--no-gates): the gate table shows the contracts' status only")
+            raise Skipped("--no-gates: the gate table shows the contracts' status only")
         if not contracts:
             raise Skipped(
-                f"skipped (no {self.options.contracts}/): the gate table shows the contracts' "
-                "status only"
+                f"no {self.options.contracts}/: the gate table shows the contracts' status only"
             )
         return {
             "checkpoint": job.state.output("train", "manifest_sha256"),
@@ -601,7 +639,7 @@ class Pipeline:
 
     def _report_inputs(self, job: Job) -> dict:
         if not self._contract_files():
-            raise Skipped(f"skipped (no {self.options.contracts}/)")
+            raise Skipped(f"no {self.options.contracts}/")
         return {}
 
     def _make_report(self, job: Job, key: str) -> Made:
@@ -616,7 +654,7 @@ class Pipeline:
         except ReportError as exc:
             raise _failed("report", f"`gates report`: {exc}; nothing written") from exc
         atomic_write_bytes(target, render(inputs).encode("utf-8"))
-        return Made({}, note=str(target))
+        return Made({self._rel(target): sha256_file(target)}, note=str(target))
 
 
 #: The pipeline, in order. Stage numbers are places in this table.

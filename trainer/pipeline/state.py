@@ -1,4 +1,5 @@
-"""What the pipeline has done in a run directory: pipeline.json, one record per stage.
+"""What the pipeline has done in a run directory: pipeline.json, one record per stage (and
+one, "summary", for the summary.json the last finished run wrote).
 
     state = PipelineState.load(run_dir)            # PipelineError when the file is damaged
     key = stage_key({"vocab_size": 8192, "corpus": corpus_sha})

@@ -3,6 +3,7 @@ of `trainer apply CONFIG` (trainer/train/commands.py) and of `trainer pipeline`'
 stage.
 
     result, out_dir = apply_config(Path("configs/quickstart-cpu.yaml"), ApplyOptions(stop_after=50))
+    checked = check_config(config, options)   # the checks alone: config, data, options
 
 Checks come first and write nothing: ``stop_after``, the config (schema, architecture,
 the values this run's device cannot honour, C-TRAINCFG-001 with the real sequence count),
@@ -76,11 +77,24 @@ class ApplyOptions:
     restart: bool = False  # start over a run in ``out`` that stopped before any checkpoint
 
 
-def apply_config(
+@dataclass(frozen=True)
+class CheckedRun:
+    """A run whose config, data and options check_config accepted."""
+
+    cfg: RunConfig
+    train_data: ShardSequences
+    val_data: ShardSequences
+    run: RunOptions
+    out_dir: Path
+
+
+def check_config(
     config: Path, options: ApplyOptions, *, say: Callable[[str], None] | None = None
-) -> tuple[loop.TrainResult, Path | None]:
-    """Check and train the run ``config`` describes; (its result, its output directory).
-    Each finding of the config's checks is one line to ``say`` (None: logged)."""
+) -> CheckedRun:
+    """Every check of apply_config that reads the config, the data and the options but not
+    what the output directory holds; ApplyError when one refuses, and nothing written.
+    `trainer pipeline` runs it before it sets a finished training aside for a new config.
+    Each finding is one line to ``say`` (None: logged)."""
     say = say if say is not None else _log_finding
     if options.stop_after is not None and options.stop_after < 1:
         raise ApplyError(f"--stop-after must be >= 1, got {options.stop_after}")
@@ -130,16 +144,27 @@ def apply_config(
         raise ApplyError(f"output directory {unusable}; nothing written")
     if options.restart and options.resume is not None:
         raise ApplyError("--restart starts a run over, --resume continues it: pass one")
-    _check_run_dir(Path(out_dir), options)  # read-only: refused before the lock writes
+    return CheckedRun(cfg, train_data, val_data, run, Path(out_dir))
+
+
+def apply_config(
+    config: Path, options: ApplyOptions, *, say: Callable[[str], None] | None = None
+) -> tuple[loop.TrainResult, Path | None]:
+    """Check and train the run ``config`` describes; (its result, its output directory).
+    Each finding of the config's checks is one line to ``say`` (None: logged)."""
+    checked = check_config(config, options, say=say)
+    out_dir = checked.out_dir
+    _check_run_dir(out_dir, options)  # read-only: refused before the lock writes
     try:  # the loop's own first check (milliseconds), here before the lock makes out_dir
-        preflight.check_run(cfg, run, train_data, val_data)
+        preflight.check_run(checked.cfg, checked.run, checked.train_data, checked.val_data)
     except preflight.PreflightError as exc:
         raise ApplyError(f"{config}: {exc}") from exc
-    with _one_writer(Path(out_dir)):
-        _check_run_dir(Path(out_dir), options)  # again, now that nobody else writes it
+    with _one_writer(out_dir):
+        _check_run_dir(out_dir, options)  # again, now that nobody else writes it
         if options.restart:
-            _set_aside(Path(out_dir))
-        return _train(cfg, config, train_data, val_data, run), out_dir
+            _set_aside(out_dir)
+        result = _train(checked.cfg, config, checked.train_data, checked.val_data, checked.run)
+        return result, out_dir
 
 
 def _check_run_dir(out_dir: Path, options: ApplyOptions) -> None:

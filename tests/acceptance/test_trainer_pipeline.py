@@ -103,6 +103,10 @@ def run_pipeline(capsys, argv: list[str]) -> tuple[int, str, str]:
     return status, captured.out, captured.err
 
 
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory, corpus):
     """One pipeline run, shared by the tests that only read it or copy it."""
@@ -236,10 +240,6 @@ def test_a_changed_config_redoes_training_and_reuses_tokenizer_and_shards(
     assert steps == list(range(1, 7))  # the old run's directory was replaced, not appended
 
 
-def _files(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
-
-
 @pytest.mark.slow
 def test_a_refused_config_keeps_the_finished_training_and_leaves_no_summary_of_it(
     first_run, tmp_path, capsys
@@ -319,6 +319,41 @@ def test_an_out_path_that_is_a_file_is_refused(tmp_path, capsys, corpus):
     status, _, err = run_pipeline(capsys, pipeline_argv(config, target, corpus))
     assert status == 1 and "is not a directory" in err
     assert target.read_text() == "mine"
+
+
+@pytest.mark.parametrize("where", ["out in input", "out in input via a link", "input in out"])
+def test_a_run_directory_and_a_corpus_one_inside_the_other_are_refused(tmp_path, capsys, where):
+    """A run directory inside the corpus would be read as corpus (pipeline.json first, its
+    shards next time); a corpus inside the run directory is the pipeline's to replace.
+    Refused before anything is written, neither tree touched."""
+    config = tiny_config(tmp_path / "tiny.yaml")
+    texts = tmp_path / "run" / "texts" if where == "input in out" else tmp_path / "texts"
+    texts.mkdir(parents=True)
+    (texts / "a.py").write_text("print('a')\n" * 50)
+    out = {
+        "out in input": texts / "run",
+        "out in input via a link": tmp_path / "link" / "run",
+        "input in out": tmp_path / "run",
+    }[where]
+    (tmp_path / "link").symlink_to(texts)
+    before = _files(tmp_path)
+
+    status, _, err = run_pipeline(capsys, pipeline_argv(config, out, texts))
+
+    assert status == exit_codes.FINDINGS
+    inside = "--input" if where == "input in out" else "--out"
+    assert f"trainer pipeline: error: {inside} " in err and "lies inside" in err
+    assert err.rstrip().endswith("nothing written")
+    assert _files(tmp_path) == before  # no run directory, no lock file, no pipeline.json
+
+
+def test_side_by_side_paths_are_apart_whatever_their_names(tmp_path):
+    """Compared by path component: corpus-run beside corpus is not inside it."""
+    corpus, run = tmp_path / "corpus", tmp_path / "corpus-run"
+    assert pipeline_run.inputs_overlap(run, (corpus,)) is None
+    assert pipeline_run.inputs_overlap(corpus, (run,)) is None
+    assert pipeline_run.inputs_overlap(corpus, (tmp_path / "other", corpus)) is not None
+    assert pipeline_run.inputs_overlap(corpus / "." / "sub" / "..", (corpus,)) is not None
 
 
 def test_a_damaged_pipeline_file_is_refused_and_left_alone(tmp_path, capsys, corpus):

@@ -24,6 +24,8 @@ Nothing the pipeline did not make is ever deleted (issue 31):
 - The run directory is its own: one whose pipeline.json says so, or an empty or new one.
   An --out holding anything else is refused, unless ``force``, which moves those files
   into ``before-pipeline-N/`` inside it.
+- The run directory and the corpus are apart: an --out inside an --input (it would be
+  read as corpus) or an --input inside --out is refused before anything is written.
 - One pipeline writes it at a time: the writer lock (trainer/runfiles/lock.py) is held for
   the whole run, and covers ``train/`` too (a `trainer apply` there is refused meanwhile).
 - A stage about to be redone (its inputs changed, or its outputs are not what it left)
@@ -195,6 +197,9 @@ class Pipeline:
 
         started = time.perf_counter()
         # Read-only checks first: a refusal writes nothing, not even the lock file.
+        overlap = inputs_overlap(self.out, self.options.inputs)
+        if overlap:
+            raise PipelineError(f"{overlap}; nothing written")
         self._claim(moving=False)
         PipelineState.load(self.out)
         cfg = _load_config(self.options.config, self.options.device, self.progress)
@@ -690,6 +695,29 @@ STAGES = (
 
 
 # ------------------------------------------------------------------ helpers
+def inputs_overlap(out: Path, inputs: tuple[Path, ...]) -> str | None:
+    """Why ``out`` and a corpus input cannot be used together, or None when each lies
+    outside the other (compared resolved, path component by path component): a run
+    directory inside the corpus would be read as corpus (its pipeline.json first, its own
+    shards the next time), and a corpus inside the run directory is the pipeline's to
+    move aside or replace."""
+    run = Path(os.path.realpath(out))
+    for given in inputs:
+        source = Path(os.path.realpath(given))
+        if run.is_relative_to(source):
+            return (
+                f"--out {out} lies inside --input {given}: the corpus would take in the "
+                "run's own files (pipeline.json, then its tokenizer and shards); choose an "
+                "--out outside every --input"
+            )
+        if source.is_relative_to(run):
+            return (
+                f"--input {given} lies inside --out {out}: the run directory's files are "
+                "the pipeline's to replace; keep the corpus outside it"
+            )
+    return None
+
+
 def _failed(stage: str, why: object, status: int = exit_codes.FINDINGS) -> PipelineError:
     """The error that ends the pipeline at ``stage``, and what to do about it."""
     return PipelineError(

@@ -40,13 +40,16 @@ def cmd_report(args: argparse.Namespace) -> int:
         return exit_codes.FINDINGS
     page = render(inputs).encode("utf-8")
     files.atomic_write_bytes(args.out, page)  # the old page or the new one, never a part
-    counts = count(inputs.contracts)
+    counts = count(inputs.contracts, inputs.stale)
+    on_stale = (
+        f", {len(counts.stale_blocking)} of them on stale evidence" if counts.stale_blocking else ""
+    )
     audit = (
         f"audit {inputs.audit.shown_path}" if inputs.audit is not None else "no audit (not audited)"
     )
     print(
         f"wrote {args.out}: {counts.gates} gates over {len(inputs.contracts)} contracts, "
-        f"{counts.ship_blocking_met} of {counts.ship_blocking_total} ship-blocking PASS, "
+        f"{counts.ship_blocking_met} of {counts.ship_blocking_total} ship-blocking PASS{on_stale}, "
         f"ship-ready {'yes' if counts.ship_ready else 'no'}; {audit}; {len(inputs.plots)} plots"
     )
     return exit_codes.OK

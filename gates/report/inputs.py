@@ -17,6 +17,7 @@ from pathlib import Path, PurePath
 from urllib.parse import quote
 
 from gates.audit.bound_tests import AuditRow
+from gates.cli.pv_status import staleness  # pv status's own rule, stale audit rows included
 from gates.io import files
 from gates.model.contract import Contract
 from gates.provenance import audit_record, evidence
@@ -188,4 +189,5 @@ def gather(
         audit_note=f"not audited: no --audit given and no {DEFAULT_AUDIT.as_posix()}",
         plots=[load_plot(p) for p in plots],
         contract_files={c.id: (href(c.path, base_dir), shown(c.path, root)) for c in contracts},
+        stale=staleness(list(contracts), root),
     )

@@ -9,7 +9,10 @@ page shows (evidence, audit, plots); `gates report` (gates/cli/gates_report.py) 
 The page is self-contained: inline CSS (allowed by its sha256 in the page's Content-Security-
 Policy), plots as data: URIs, no script, no fonts, nothing fetched. Every text that comes from
 a contract, evidence or audit file is HTML-escaped; the CSP (no script at all) is a second
-wall, not the first. The header's counts are computed as `pv status` computes them.
+wall, not the first. The header's counts are computed as `pv status` computes them, stale
+evidence included: a PASS whose evidence no longer matches its sources (or whose tests' audit
+rows do not hold) is shown stale on its card and, when ship-blocking, keeps the page from
+reading ship-ready.
 """
 
 from __future__ import annotations
@@ -38,13 +41,20 @@ class Counts:
     ship_blocking_total: int
     ship_blocking_met: int
     outstanding: tuple[tuple[str, str, str], ...]  # (gate id, status, contract id)
+    stale: int = 0  # gates on stale evidence, ship-blocking or not
+    stale_blocking: tuple[tuple[str, str, str], ...] = ()  # (gate id, contract id, why)
 
     @property
     def ship_ready(self) -> bool:
-        return not self.outstanding
+        """`pv status --require-ship-ready`'s verdict: every ship-blocking gate PASS, on
+        fresh evidence."""
+        return not self.outstanding and not self.stale_blocking
 
 
-def count(contracts: Sequence[Contract]) -> Counts:
+def count(contracts: Sequence[Contract], stale: Mapping[str, str] | None = None) -> Counts:
+    """The counts of ``contracts``; ``stale``: gate id -> why its evidence is stale
+    (gates.cli.pv_status.staleness), fresh gates absent."""
+    stale = stale or {}
     gates = [(c, g) for c in contracts for g in c.gates]
     blocking = [(c, g) for c, g in gates if g.ship_blocking]
     return Counts(
@@ -53,6 +63,8 @@ def count(contracts: Sequence[Contract]) -> Counts:
         ship_blocking_total=len(blocking),
         ship_blocking_met=sum(g.status == "PASS" for _, g in blocking),
         outstanding=tuple((g.id, g.status, c.id) for c, g in blocking if g.status != "PASS"),
+        stale=sum(g.id in stale for _, g in gates),
+        stale_blocking=tuple((g.id, c.id, stale[g.id]) for c, g in blocking if g.id in stale),
     )
 
 
@@ -109,6 +121,8 @@ class ReportInputs:
     plots: Sequence[Plot] = ()
     #: contract id -> (relative link, path shown); the contract's path as given otherwise
     contract_files: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    #: gate id -> why its evidence is stale (gates.cli.pv_status.staleness); fresh: absent
+    stale: Mapping[str, str] = field(default_factory=dict)
 
 
 def e(text: object) -> str:
@@ -156,6 +170,8 @@ def _header(inputs: ReportInputs, counts: Counts) -> str:
         '<div class="count"><dt>ship-blocking PASS</dt><dd>'
         f'<span data-count="ship-blocking-met">{counts.ship_blocking_met}</span> of '
         f'<span data-count="ship-blocking-total">{counts.ship_blocking_total}</span></dd></div>'
+        f'<div class="count"><dt>on stale evidence</dt>'
+        f'<dd data-count="stale">{counts.stale}</dd></div>'
         f'<div class="count ready-{ready}"><dt>ship-ready</dt>'
         f'<dd data-count="ship-ready">{ready}</dd></div>'
     )
@@ -163,6 +179,10 @@ def _header(inputs: ReportInputs, counts: Counts) -> str:
         f'<li data-outstanding="{e(gid)}"><a href="#{e(gid)}">{e(gid)}</a> '
         f"({e(status)}) in {e(cid)}</li>"
         for gid, status, cid in counts.outstanding
+    )
+    stale = "".join(
+        f'<li data-stale="{e(gid)}"><a href="#{e(gid)}">{e(gid)}</a> in {e(cid)}: {e(why)}</li>'
+        for gid, cid, why in counts.stale_blocking
     )
     toc = "".join(
         f'<li><a href="#{e(c.id)}">{e(c.id)}</a> {e(c.metadata.version)} '
@@ -177,6 +197,12 @@ def _header(inputs: ReportInputs, counts: Counts) -> str:
         + (
             f'<p>Ship-blocking gates not PASS:</p><ul class="outstanding">{outstanding}</ul>'
             if outstanding
+            else ""
+        )
+        + (
+            "<p>Ship-blocking gates PASS on stale evidence (not ship-ready until measured "
+            f'again):</p><ul class="stale">{stale}</ul>'
+            if stale
             else ""
         )
         + f'<nav><ul class="toc">{toc}</ul></nav></header>'
@@ -323,18 +349,21 @@ def _evidence(ev: GateEvidence) -> str:
     return "".join(out)
 
 
-def _gate(g: Gate, ev: GateEvidence | None) -> str:
+def _gate(g: Gate, ev: GateEvidence | None, stale: str | None = None) -> str:
     blocking = "ship-blocking" if g.ship_blocking else "not ship-blocking"
+    flag = ' <span class="status s-stale" data-stale-badge>STALE</span>' if stale else ""
     tests = ", ".join(f'<a href="#{e(t)}">{e(t)}</a>' for t in g.falsification_tests)
     parts = [
         f'<section class="gate" id="{e(g.id)}" data-gate-id="{e(g.id)}" '
         f'data-status="{e(g.status)}" data-ship-blocking="{"yes" if g.ship_blocking else "no"}">',
-        f'<h4>{e(g.id)} {_status(g.status)} <span class="badge">{blocking}</span></h4>',
+        f'<h4>{e(g.id)} {_status(g.status)}{flag} <span class="badge">{blocking}</span></h4>',
         f'<dl class="kv"><dt>rule</dt><dd>{e(g.rule)}</dd>',
         f"<dt>threshold</dt><dd data-threshold><code>{e(g.thresholds_text())}</code></dd>",
         f"<dt>measured</dt>{_measured(g, ev)}",
         f"<dt>tests</dt><dd>{tests}</dd>",
     ]
+    if stale:
+        parts.append(f'<dt>stale</dt><dd class="note" data-stale-why>{e(stale)}</dd>')
     if ev is not None:
         parts.append(_evidence(ev))
     elif g.evidence:
@@ -360,7 +389,7 @@ def _contract(inputs: ReportInputs, c: Contract) -> str:
         + "</li>"
         for i in c.invariants
     )
-    gates = "".join(_gate(g, inputs.evidence.get(g.id)) for g in c.gates)
+    gates = "".join(_gate(g, inputs.evidence.get(g.id), inputs.stale.get(g.id)) for g in c.gates)
     tests = "".join(_test(inputs.audit, c, t) for t in c.falsification_tests)
     depends = ", ".join(f'<a href="#{e(d)}">{e(d)}</a>' for d in md.depends_on)
     link, path = inputs.contract_files.get(c.id, (None, str(c.path)))
@@ -400,7 +429,7 @@ h4 { margin: .2rem 0; }
 .status, .badge, .audit { font-size: 11px; font-weight: 600; border-radius: 4px;
   padding: .05rem .35rem; border: 1px solid currentColor; }
 .s-pass, .a-ok, .meets { color: var(--ok); } .s-fail, .a-bad, .misses { color: var(--bad); }
-.s-partial { color: var(--warn); } .s-pending, .a-none, .badge { color: var(--none); }
+.s-partial, .s-stale { color: var(--warn); } .s-pending, .a-none, .badge { color: var(--none); }
 .mutants { list-style: none; padding-left: 0; } .mutants li { margin: .15rem 0; }
 .note { color: var(--warn); }
 figure { margin: 1rem 0; } figure img { max-width: 100%; height: auto;
@@ -410,7 +439,7 @@ figure { margin: 1rem 0; } figure img { max-width: 100%; height: auto;
 
 def render(inputs: ReportInputs) -> str:
     """The whole page. Deterministic: no clock, no environment; only ``inputs``."""
-    counts = count(inputs.contracts)
+    counts = count(inputs.contracts, inputs.stale)
     css_hash = base64.b64encode(hashlib.sha256(CSS.encode()).digest()).decode("ascii")
     csp = f"default-src 'none'; img-src data:; style-src 'sha256-{css_hash}'"
     ready = "yes" if counts.ship_ready else "no"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -14,19 +13,13 @@ import pytest
 from gates.cli import gates as gates_cli
 from gates.report.page import MARKER
 from tests.conftest import FIXTURE_PROJECT
-from tests.unit.gates.report_support import PageParser, write_json
+from tests.unit.gates.report_support import PageParser, copy_demo_project, write_json
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A copy of the fixture project's valid contract, its evidence, tests and pyproject."""
-    root = tmp_path / "project"
-    shutil.copytree(FIXTURE_PROJECT / "tests", root / "tests")
-    shutil.copytree(FIXTURE_PROJECT / "evidence" / "C-DEMO", root / "evidence" / "C-DEMO")
-    (root / "contracts").mkdir()
-    shutil.copy(FIXTURE_PROJECT / "contracts/valid/demo-v1.yaml", root / "contracts")
-    shutil.copy(FIXTURE_PROJECT / "pyproject.toml", root)
-    return root
+    return copy_demo_project(tmp_path / "project")
 
 
 def demo_audit(**changes) -> dict:
@@ -84,6 +77,24 @@ def test_a_report_is_written_and_a_rerun_gives_the_same_bytes(
     assert report(project, out) == 0, "our own page is replaced"
     assert out.read_bytes() == first, "same inputs, same bytes, from any directory"
     assert sorted(files_in(out.parent)) == ["report.html"], "no temp file left"
+
+
+def test_a_source_changed_since_the_evidence_makes_the_page_not_ship_ready(
+    project, tmp_path, capsys
+):
+    """The bound test a PASS rests on is edited after its evidence: `pv status` calls it
+    stale and not ship-ready, and so does the page (and the command's line)."""
+    out = tmp_path / "report.html"
+    with (project / "tests" / "test_demo.py").open("a") as source:
+        source.write("\n# edited after the evidence was measured\n")
+    assert report(project, out) == 0
+    said = capsys.readouterr().out
+    assert "1 of 1 ship-blocking PASS, 1 of them on stale evidence, ship-ready no" in said
+    page = PageParser(out.read_text())
+    counts = page.counts
+    assert (counts["PASS"], counts["stale"], counts["ship-ready"]) == ("1", "1", "no")
+    assert page.attrs_of("li", "data-stale") == ["GATE-DEMO-001"]
+    assert "tests/test_demo.py changed since commit" in out.read_text()
 
 
 def test_the_default_audit_is_read_and_the_page_says_so(project, tmp_path):

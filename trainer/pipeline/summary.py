@@ -85,8 +85,11 @@ def _store(run_dir: Path) -> dict:
 
 
 def _gate_rows(contracts_dir: Path, checks: dict) -> list[dict]:
-    """Every gate of every contract: status, threshold, the evidence's measured value, and
-    this run's re-measurement where the gate stage made one."""
+    """Every gate of every contract: status, threshold, the evidence's measured value,
+    whether that evidence is stale (`pv status`'s rule: a source changed since, or an audit
+    row of its tests that no longer holds) and this run's re-measurement where the gate
+    stage made one."""
+    from gates.cli.pv_status import staleness  # noqa: PLC0415
     from gates.pv.validate import find_root, validate  # noqa: PLC0415
 
     files = sorted(contracts_dir.glob("*.yaml"))
@@ -95,6 +98,7 @@ def _gate_rows(contracts_dir: Path, checks: dict) -> list[dict]:
     result = validate(files)
     if result.unreadable or result.report.errors:
         raise ValueError(f"{contracts_dir}: contracts do not validate (run `pv validate`)")
+    stale = staleness(result.contracts)
     rows = []
     for contract in result.contracts:
         root = find_root(contract.path)
@@ -119,6 +123,7 @@ def _gate_rows(contracts_dir: Path, checks: dict) -> list[dict]:
                     "ship_blocking": gate.ship_blocking,
                     "why": " ".join(why.split()),
                     "this_run": checks.get(gate.id, {}).get("verdict"),
+                    "stale": stale.get(gate.id),
                 }
             )
     return rows
@@ -284,13 +289,18 @@ def render_gate_table(rows: list[dict]) -> list[str]:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     blocking = [r for r in rows if r["ship_blocking"]]
     met = sum(r["status"] == "PASS" for r in blocking)
+    on_stale = sum(r["stale"] is not None for r in blocking)
     head = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    stale = f", {on_stale} of them on stale evidence" if on_stale else ""
     lines = [
-        f"  gates       {len(rows)} gates: {head}; ship-blocking {met} of {len(blocking)} PASS",
+        f"  gates       {len(rows)} gates: {head}; ship-blocking {met} of {len(blocking)} "
+        f"PASS{stale}",
         f"    {'gate':<24} {'status':<7} {'ship':<5} {'this run':<9} why",
     ]
     for r in rows:
         this = r["this_run"] or "-"
         ship = "yes" if r["ship_blocking"] else ""
         lines.append(f"    {r['gate']:<24} {r['status']:<7} {ship:<5} {this:<9} {r['why']}")
+        if r["stale"] is not None:
+            lines.append(f"    {'':<24} STALE: {r['stale']}")
     return lines

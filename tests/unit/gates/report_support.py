@@ -1,6 +1,6 @@
 """Helpers for the `gates report` tests: the counts `pv status --format json` reports, a small
-audit file built from real contracts, a real `trainer plot` figure, and a contract whose text
-carries markup."""
+audit file built from real contracts, a real `trainer plot` figure, a contract whose text
+carries markup, and a copy of the fixture project whose evidence a test can make stale."""
 
 from __future__ import annotations
 
@@ -15,12 +15,24 @@ from ruamel.yaml import YAML
 
 from gates.cli import pv
 from gates.model.contract import SHIP_STATUSES, Contract
+from tests.conftest import FIXTURE_PROJECT
 
 #: Markup a contract may carry; the page must show it as text and never run it.
 INJECTION = (
     "<script>window.__shipgate_injected = true; alert(1)</script>"
     '<img src="x" onerror="window.__shipgate_injected = true">'
 )
+
+
+def copy_demo_project(root: Path) -> Path:
+    """A copy at ``root`` of the fixture project's valid contract (demo-v1.yaml), its
+    evidence, tests and pyproject: fresh evidence, until a test edits what it records."""
+    shutil.copytree(FIXTURE_PROJECT / "tests", root / "tests")
+    shutil.copytree(FIXTURE_PROJECT / "evidence" / "C-DEMO", root / "evidence" / "C-DEMO")
+    (root / "contracts").mkdir()
+    shutil.copy(FIXTURE_PROJECT / "contracts/valid/demo-v1.yaml", root / "contracts")
+    shutil.copy(FIXTURE_PROJECT / "pyproject.toml", root)
+    return root
 
 
 def _run(main, argv: list[str]) -> tuple[int, str]:
@@ -39,8 +51,8 @@ def pv_status_counts(files: list[Path], root: Path) -> dict[str, str]:
 
 def counts_from_status(status: dict) -> dict[str, str]:
     """The header numbers, summed from what `pv status --format json` prints, independently
-    of gates.report.page.count. Ship-ready: no ship-blocking gate outstanding, which is what
-    `pv status --require-ship-ready` exits 0 on."""
+    of gates.report.page.count. Ship-ready: no ship-blocking gate outstanding or on stale
+    evidence, which is what `pv status --require-ship-ready` exits 0 on."""
     gates = [g for c in status["contracts"] for g in c["gates"]]
     blocking = sum(g["ship_blocking"] for g in gates)
     outstanding = status["ship_blocking_outstanding"]
@@ -48,7 +60,8 @@ def counts_from_status(status: dict) -> dict[str, str]:
     counts |= {s: str(sum(c["counts"][s] for c in status["contracts"])) for s in SHIP_STATUSES}
     counts["ship-blocking-total"] = str(blocking)
     counts["ship-blocking-met"] = str(blocking - len(outstanding))
-    counts["ship-ready"] = "no" if outstanding else "yes"
+    counts["stale"] = str(sum(c["counts"]["STALE"] for c in status["contracts"]))
+    counts["ship-ready"] = "no" if outstanding or status["ship_blocking_stale"] else "yes"
     return counts
 
 

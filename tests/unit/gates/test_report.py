@@ -6,10 +6,12 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import replace
+from html import escape as html_escape
 from pathlib import Path
 
 import pytest
 
+from gates.cli.pv_status import staleness
 from gates.model.contract import Contract
 from gates.pv.validate import validate
 from gates.report.inputs import ReportError, load_audit, load_evidence, load_plot
@@ -45,7 +47,7 @@ def _contracts(files: list[Path], root: Path) -> list[Contract]:
 def test_the_header_counts_are_pv_status_counts(project):
     files, root = PROJECTS[project]
     contracts = _contracts(files, root)
-    page = PageParser(render(ReportInputs(contracts)))
+    page = PageParser(render(ReportInputs(contracts, stale=staleness(contracts, root))))
     expected = pv_status_counts(files, root)
     assert page.counts == expected
     c = count(contracts)
@@ -66,6 +68,34 @@ def test_a_gate_that_is_not_pass_is_outstanding_and_the_page_is_not_ship_ready(r
     assert page.counts["FAIL"] == "1"
     assert int(page.counts["ship-blocking-met"]) == int(page.counts["ship-blocking-total"]) - 1
     assert page.attrs_of("li", "data-outstanding") == [g.id]
+
+
+def test_a_ship_blocking_pass_on_stale_evidence_keeps_the_page_from_ship_ready(real):
+    """As `pv status --require-ship-ready`: PASS on stale evidence is counted PASS, shown
+    stale with its reason, and a ship-blocking one is listed and not ship-ready; a stale
+    gate that is not ship-blocking is shown and counted, and blocks nothing."""
+    gates = [g for c in real for g in c.gates if g.status == "PASS"]
+    blocking = next(g for g in gates if g.ship_blocking)
+    other = next(g for g in gates if not g.ship_blocking)
+    fresh = PageParser(render(ReportInputs(real)))
+    assert fresh.counts["ship-ready"] == "yes" and fresh.counts["stale"] == "0"
+
+    not_blocking = {other.id: "b.py changed since commit 0123"}
+    both = {blocking.id: "a.py <changed> since commit 4567", **not_blocking}
+    for stale, ready in ((not_blocking, "yes"), (both, "no")):
+        html = render(ReportInputs(real, stale=stale))
+        page = PageParser(html)
+        assert page.counts["ship-ready"] == ready
+        assert page.counts["stale"] == str(len(stale))
+        assert page.counts["PASS"] == fresh.counts["PASS"]  # still PASS, flagged
+        assert page.counts["ship-blocking-met"] == fresh.counts["ship-blocking-met"]
+        listed = page.attrs_of("li", "data-stale")
+        assert listed == ([blocking.id] if blocking.id in stale else [])
+        assert html.count("data-stale-badge") == len(stale)
+        # each reason escaped on its gate's card; a ship-blocking one in the header's list too
+        expected = {why: 2 if gid == blocking.id else 1 for gid, why in stale.items()}
+        assert {why: html.count(html_escape(why)) for why in stale.values()} == expected
+        assert count(real, stale).ship_ready is (ready == "yes")
 
 
 def test_markup_from_a_contract_is_escaped(tmp_path):

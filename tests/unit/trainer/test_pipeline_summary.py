@@ -10,8 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.gates.report_support import copy_demo_project
 from tests.unit.trainer.loop_support import loop_config
-from trainer.pipeline.summary import _number, _training, failed_checks, render_gate_table
+from trainer.pipeline.summary import (
+    _gate_rows,
+    _number,
+    _training,
+    failed_checks,
+    render_gate_table,
+)
 from trainer.plan.flops import flops_per_token
 from trainer.runfiles.names import PipelineDir
 
@@ -90,9 +97,11 @@ def test_numbers_are_shown_exactly_when_whole_else_to_four_digits(value, shown):
     assert _number(value) == shown
 
 
-def gate_row(gate: str, status: str, ship: bool, this_run: str | None = None) -> dict:
+def gate_row(
+    gate: str, status: str, ship: bool, this_run: str | None = None, stale: str | None = None
+) -> dict:
     return {"gate": gate, "contract": "C", "status": status, "ship_blocking": ship,
-            "why": f"why {gate}", "this_run": this_run}  # fmt: skip
+            "why": f"why {gate}", "this_run": this_run, "stale": stale}  # fmt: skip
 
 
 def test_the_gate_table_counts_statuses_and_ship_blocking_passes():
@@ -115,6 +124,25 @@ def test_the_gate_table_counts_statuses_and_ship_blocking_passes():
     assert render_gate_table([]) == ["  gates       no contracts here: nothing to show"]
 
 
+def test_a_pass_on_stale_evidence_is_flagged_and_counted_as_pv_status_counts_it():
+    rows = [
+        gate_row("GATE-A", "PASS", True, stale="a.py changed since commit 0123"),
+        gate_row("GATE-B", "PASS", True),
+        gate_row("GATE-C", "PASS", False, stale="c.py changed since commit 4567"),
+    ]
+    head, _, *lines = render_gate_table(rows)
+    assert head.endswith("; ship-blocking 2 of 2 PASS, 1 of them on stale evidence")
+    assert [line.split() for line in lines] == [
+        ["GATE-A", "PASS", "yes", "-", "why", "GATE-A"],
+        ["STALE:", "a.py", "changed", "since", "commit", "0123"],
+        ["GATE-B", "PASS", "yes", "-", "why", "GATE-B"],
+        ["GATE-C", "PASS", "-", "why", "GATE-C"],
+        ["STALE:", "c.py", "changed", "since", "commit", "4567"],
+    ]
+    fresh = render_gate_table([{**r, "stale": None} for r in rows])
+    assert fresh[0].endswith("; ship-blocking 2 of 2 PASS") and len(fresh) == 2 + len(rows)
+
+
 def test_every_check_not_pass_or_partial_is_named_with_its_evidence():
     summary = {
         "run_dir": "/runs/demo",
@@ -130,3 +158,18 @@ def test_every_check_not_pass_or_partial_is_named_with_its_evidence():
         "GATE-D reads SKIP (evidence /runs/demo/evidence/D.json)",
     ]
     assert failed_checks({"run_dir": "/runs/demo"}) == []  # --no-gates: nothing checked
+
+
+def test_the_gate_rows_carry_pv_status_staleness(tmp_path):
+    """The rows read the contracts' own project: fresh evidence has no reason; the bound
+    test edited after its evidence makes the gate's row say which file changed."""
+    root = copy_demo_project(tmp_path / "project")
+
+    def stale() -> dict:
+        return {r["gate"]: r["stale"] for r in _gate_rows(root / "contracts", {})}
+
+    assert stale() == {"GATE-DEMO-001": None, "GATE-DEMO-002": None}
+    with (root / "tests" / "test_demo.py").open("a") as source:
+        source.write("\n# edited after the evidence was measured\n")
+    why = stale()["GATE-DEMO-001"]
+    assert why is not None and why.startswith("tests/test_demo.py changed since commit ")

@@ -17,10 +17,10 @@ from pathlib import Path, PurePath
 from urllib.parse import quote
 
 from gates.audit.bound_tests import AuditRow
-from gates.cli.pv_status import staleness  # pv status's own rule, stale audit rows included
 from gates.io import files
 from gates.model.contract import Contract
 from gates.provenance import audit_record, evidence
+from gates.pv.staleness import staleness
 from gates.pv.validate import find_root
 from gates.report.page import MARKER, Audit, AuditEntry, GateEvidence, Plot, ReportInputs
 

@@ -53,7 +53,7 @@ class Counts:
 
 def count(contracts: Sequence[Contract], stale: Mapping[str, str] | None = None) -> Counts:
     """The counts of ``contracts``; ``stale``: gate id -> why its evidence is stale
-    (gates.cli.pv_status.staleness), fresh gates absent."""
+    (gates.pv.staleness), fresh gates absent."""
     stale = stale or {}
     gates = [(c, g) for c in contracts for g in c.gates]
     blocking = [(c, g) for c, g in gates if g.ship_blocking]
@@ -121,7 +121,7 @@ class ReportInputs:
     plots: Sequence[Plot] = ()
     #: contract id -> (relative link, path shown); the contract's path as given otherwise
     contract_files: Mapping[str, tuple[str, str]] = field(default_factory=dict)
-    #: gate id -> why its evidence is stale (gates.cli.pv_status.staleness); fresh: absent
+    #: gate id -> why its evidence is stale (gates.pv.staleness); fresh: absent
     stale: Mapping[str, str] = field(default_factory=dict)
 
 

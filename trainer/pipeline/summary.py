@@ -89,7 +89,7 @@ def _gate_rows(contracts_dir: Path, checks: dict) -> list[dict]:
     whether that evidence is stale (`pv status`'s rule: a source changed since, or an audit
     row of its tests that no longer holds) and this run's re-measurement where the gate
     stage made one."""
-    from gates.cli.pv_status import staleness  # noqa: PLC0415
+    from gates.pv.staleness import staleness  # noqa: PLC0415
     from gates.pv.validate import find_root, validate  # noqa: PLC0415
 
     files = sorted(contracts_dir.glob("*.yaml"))

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from gates.audit import bound_tests as audit
-from gates.cli import pv_status
 from gates.io.files import sha256_file
+from gates.pv.staleness import audit_findings_by_test
 from gates.pv.validate import validate
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "pv_project"
@@ -160,9 +160,9 @@ def test_pv_status_maps_each_audit_finding_to_the_tests_a_gate_rests_on(project)
     about the tests it rests on (here both tests read the edited file)."""
     write_audit(project)
     contract = validate([project / CONTRACT], root=project).contracts[0]
-    assert pv_status._audit_findings_by_test(contract, project) == {}
+    assert audit_findings_by_test(contract, project) == {}
     test_file = project / TEST_FILE
     test_file.write_bytes(test_file.read_bytes() + b"\n# edited\n")
-    said = pv_status._audit_findings_by_test(contract, project)
+    said = audit_findings_by_test(contract, project)
     assert set(said) == {"FALSIFY-AUDITED-001", "FALSIFY-AUDITED-002"}
     assert all(v.startswith("AUDIT-STALE: ") and TEST_FILE in v for v in said.values())

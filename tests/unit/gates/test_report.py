@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gates.cli.pv_status import staleness
 from gates.model.contract import Contract
+from gates.pv.staleness import staleness
 from gates.pv.validate import validate
 from gates.report.inputs import ReportError, load_audit, load_evidence, load_plot
 from gates.report.page import Audit, AuditEntry, Plot, ReportInputs, count, number, render

@@ -24,7 +24,7 @@ from tests.unit.trainer.loop_support import (  # noqa: F401 - one_thread is a fi
     one_thread,
     write_run_config,
 )
-from tests.unit.trainer.store_support import RUN_ID, write_run
+from tests.unit.trainer.store_support import RUN_ID, column, write_run
 from trainer import cli
 from trainer.store import db
 from trainer.store.rundir import flatten
@@ -375,6 +375,58 @@ def test_a_store_left_in_wal_by_a_killed_writer_is_read_without_being_changed(tm
     assert {k: v for k, v in after.items() if k != "runs.db-shm"} == {
         k: v for k, v in before.items() if k != "runs.db-shm"
     }, "a reader checkpointed the WAL into runs.db"
+
+
+def test_a_run_stored_as_running_reads_crashed_once_no_process_holds_its_lock(
+    tmp_path, capsys, request
+):
+    """What a SIGKILL or the OOM killer leaves: status running, no end record. While a
+    process holds the run directory's writer lock it reads running; once that process is
+    killed it reads crashed, with why, in show and ls alike; the probe changes no file. A
+    run stored with any other status keeps it whoever holds the lock."""
+    run = write_run(tmp_path / "run", 3)
+    assert cli.main(["runs", "sync", str(run)]) == 0
+    capsys.readouterr()
+    (ended,) = column(run / "runs.db", "SELECT status FROM runs")  # as stored, not as shown
+    assert ended not in ("running", "crashed")
+    store = sqlite3.connect(run / "runs.db")
+    with store:
+        store.execute("UPDATE runs SET status = 'running', stop_reason = NULL, ended = NULL")
+    store.close()
+    take = (
+        "import sys, time; from pathlib import Path; from trainer.runfiles.lock import "
+        "writer_lock\nwith writer_lock(Path(sys.argv[1]), 'trainer apply'):\n"
+        "    print('locked', flush=True); time.sleep(60)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", take, str(run)], stdout=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    request.addfinalizer(holder.kill)  # never left holding the lock, whatever fails
+    assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+    before = files_under(run)
+
+    def status() -> tuple[str, str | None, str]:
+        shown = _json(capsys, ["runs", "show", str(run), "--json"])["run"]
+        (listed,) = [
+            e
+            for e in _json(capsys, ["runs", "ls", "--json"])["runs"]
+            if e["run_id"] == shown["run_id"]
+        ]
+        return shown["status"], shown["stop_reason"], listed["status"]
+
+    assert status() == ("running", None, "running")
+    holder.kill()
+    holder.wait(timeout=60)
+    holder.stdout.close()
+    crashed, why, listed = status()
+    assert (crashed, listed) == ("crashed", "crashed")
+    assert why is not None and "no process holds its writer lock" in why
+    assert files_under(run) == before, "a reading command changed the run directory"
+
+    store = sqlite3.connect(run / "runs.db")
+    with store:
+        store.execute("UPDATE runs SET status = ?", (ended,))
+    store.close()
+    assert status()[0::2] == (ended, ended), "only a stored running is read as crashed"
 
 
 def test_a_reader_that_closes_the_pipe_ends_the_command_quietly_with_141(tmp_path):

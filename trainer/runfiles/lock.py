@@ -4,14 +4,18 @@ takes, and the message a second writer gets.
     with writer_lock(Path("runs/demo"), "trainer pipeline"):   # RunDirLockedError if held
         ...                                                     # write into runs/demo
 
-Who takes it: `trainer apply` (its --out), `trainer pipeline` (its run directory),
-`trainer export` (the run directory it writes into), `trainer runs sync` (the run store
-beside the files it derives from). A writer also takes the lock of every run directory
+Who takes it: the training loop (its out_dir, for the whole run: so `trainer apply` and
+a library call alike), `trainer apply` (its --out), `trainer pipeline` (its run
+directory), `trainer export` (the run directory it writes into), `trainer runs sync` (the
+run store beside the files it derives from). A writer also takes the lock of every run directory
 enclosing its own (one holding a lock file, a run manifest or a pipeline record): a
 pipeline's run directory encloses its ``train/``, so a pipeline and a `trainer apply` on
 that ``train/`` exclude each other. Who never does: the readers (`trainer monitor`,
 `trainer inspect`, `trainer runs ls/show`), which read files that are always whole
-(written atomically or appended a line at a time) and so never wait.
+(written atomically or appended a line at a time) and so never wait. `trainer runs ls/show`
+ask writer_active whether a run stored as running still has a writer: a probe that takes a
+shared lock without waiting and drops it at once, never a lock held; a writer that tries in
+that instant tries again for a few milliseconds (_RETRY_SECONDS), so a probe never refuses it.
 
 How: ``flock(LOCK_EX | LOCK_NB)`` on ``.writer.lock`` in the directory (WRITER_LOCK_FILE).
 The kernel releases it when the holder's descriptor closes, however the process ends
@@ -48,6 +52,9 @@ from trainer.runfiles.names import (
 
 #: Holder records are a line of JSON; anything longer is not one of ours.
 _MAX_HOLDER_BYTES = 4096
+#: How long a writer retries a refused flock before it refuses: a probe (writer_active)
+#: holds its shared lock for microseconds; a real holder holds it for the whole write.
+_RETRY_SECONDS = 0.05
 
 
 class RunDirLockedError(RuntimeError):
@@ -81,6 +88,32 @@ def holder(directory: Path) -> str:
         return f"pid {int(record['pid'])} ({record['command']}, since {record['since']})"
     except (ValueError, KeyError, TypeError):
         return "a process that could not be named"
+
+
+def writer_active(directory: Path) -> bool | None:
+    """Whether a process holds ``directory``'s writer lock now (this one included): False
+    when none does or there is no lock file, None when it cannot be told (the lock file
+    unreadable or not a regular file). Read-only: the file is never created or written; the
+    probe is a shared flock taken without waiting and dropped at once."""
+    try:
+        fd = os.open(
+            Path(directory) / WRITER_LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+        )
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    try:
+        if not _is_regular(fd):
+            return None
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # drops the probe's shared lock
+    return False
 
 
 def owning_run_dir(path: Path) -> Path | None:
@@ -140,6 +173,20 @@ def writer_lock(directory: Path, command: str) -> Iterator[None]:
         yield
 
 
+def _lock_exclusive(fd: int) -> None:
+    """flock(LOCK_EX | LOCK_NB), tried again for up to _RETRY_SECONDS while refused (a
+    reader's probe passes in microseconds); BlockingIOError when the lock is still held."""
+    deadline = time.monotonic() + _RETRY_SECONDS
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)
+
+
 def _is_run_dir(directory: Path) -> bool:
     markers = (WRITER_LOCK_FILE, RUN_MANIFEST_FILE, PIPELINE_STATE_FILE)
     return any(os.path.lexists(directory / name) for name in markers)
@@ -155,7 +202,7 @@ def _one_lock(directory: Path, command: str) -> Iterator[None]:
         else:
             fd = _open_lock_file(directory)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                _lock_exclusive(fd)
             except BlockingIOError:
                 os.close(fd)
                 raise RunDirLockedError(

@@ -5,6 +5,11 @@
 
 Read-only throughout: stores are opened with mode=ro (db.open_reader), so a command that
 reads cannot change, repair or delete a store, whatever state it is in.
+
+A run stored as ``running`` is shown ``crashed`` when no process holds its directory's
+writer lock (trainer/runfiles/lock.py writer_active; every writer of a run holds it from
+its first file to its end record): a SIGKILL, the out-of-memory killer or a machine going
+down ends a run without the end record that any other ending writes.
 """
 
 from __future__ import annotations
@@ -18,10 +23,18 @@ from pathlib import Path
 from typing import Any
 
 from gates.io.files import read_regular
+from trainer.runfiles.lock import writer_active
 from trainer.runfiles.names import RUNS_DB_FILE, TRAINING_STATE_FILE
 from trainer.store import db, registry
 from trainer.store.rundir import JSON_LIMIT, RunDirError, check_run_dir
 from trainer.store.schema import STORE
+
+#: Why a run stored as running is shown crashed.
+CRASHED = (
+    "stored as running, but no process holds its writer lock: it ended without its end "
+    "record (killed - SIGKILL, the out-of-memory killer - or its machine went down); its "
+    "checkpoints and metrics up to then are kept"
+)
 
 
 @dataclass(frozen=True)
@@ -211,6 +224,8 @@ def load_view(target: Target) -> RunView:
         raise db.translate(exc, path) from None
     finally:
         conn.close()
+    if run["status"] == "running" and writer_active(target.run_dir) is False:
+        run = {**run, "status": "crashed", "stop_reason": CRASHED}
     state_step = _state_last_step(target.run_dir)
     last = metrics.last_step or 0
     behind = state_step if state_step is not None and state_step > last else None

@@ -100,6 +100,7 @@ from trainer.config.device import check_device
 from trainer.config.schedule import lr_at
 from trainer.config.sections import RunConfig
 from trainer.model.llama import build_model
+from trainer.runfiles.lock import writer_lock
 from trainer.train import (
     alerts,
     checkpointing,
@@ -747,6 +748,18 @@ def _start(
     )
 
 
+def _run_dir_lock(
+    options: RunOptions, world: distributed.World
+) -> contextlib.AbstractContextManager:
+    """The run directory's writer lock (trainer/runfiles/lock.py), held by the rank that
+    writes it from before its first file to after its end record: no second writer shares
+    the directory, and a run stored as running with no holder was killed (`trainer runs`).
+    Re-entrant: `trainer apply` and `trainer pipeline` hold it already."""
+    if options.out_dir is None or not world.is_main:
+        return contextlib.nullcontext()
+    return writer_lock(Path(options.out_dir), "trainer.train.loop.train")
+
+
 def train(
     config: RunConfig,
     train_data: SequenceSource,
@@ -765,7 +778,8 @@ def train(
     ValueError for a stop_after past training.max_steps, preflight.PreflightError when
     the model, tokenizer, shards or resumed checkpoint disagree on the vocabulary (fresh
     start and resume alike), trainer.config.messages.ConfigError for a precision the device
-    cannot honour. DataExhaustedError, guards.NonFiniteError or guards.DivergenceError
+    cannot honour, trainer.runfiles.lock.RunDirLockedError when another process writes
+    options.out_dir. DataExhaustedError, guards.NonFiniteError or guards.DivergenceError
     during the run; a run never ends early without saying why (TrainResult.stop_reason,
     and training_state.json's status and reason, written however the run ends).
     """
@@ -775,7 +789,12 @@ def train(
     check_device(config, device.type)  # fp16 anywhere, bf16 off CUDA: ConfigError
     signals = checkpointing.StopSignals() if options.checkpoint else contextlib.nullcontext()
     # torchrun's process group (world size 1 and no group without torchrun's environment)
-    with _deterministic(device), distributed.process_group(device) as world, signals as stop:
+    with (
+        _deterministic(device),
+        distributed.process_group(device) as world,
+        signals as stop,
+        _run_dir_lock(options, world),
+    ):
         run = _start(
             config, options, train_data, val_data, hooks=as_hooks(hooks), device=device, world=world
         )

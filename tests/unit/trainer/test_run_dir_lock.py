@@ -1,21 +1,38 @@
 """One writer per run directory (trainer/runfiles/lock.py, issue 31): a second process is
 refused naming the first's pid, a dead holder is no obstacle, the lock is re-entrant in
-one process and covers the run directories around the one locked, and the lock file is
-never followed through a symlink. Other processes are real ones (a flock is per open file
-description, so only another process shows what another writer sees)."""
+one process and covers the run directories around the one locked, the lock file is
+never followed through a symlink, and a reader's probe (writer_active) tells a held lock
+from a dead holder's without writing anything or refusing a writer. Other processes are
+real ones (a flock is per open file description, so only another process shows what
+another writer sees)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from trainer.runfiles.lock import RunDirLockedError, owning_run_dir, writer_lock
+from tests.unit.trainer.loop_support import (
+    TensorSequences,
+    loop_config,
+    one_thread,  # noqa: F401 - autouse fixture
+    random_rows,
+)
+from trainer.runfiles.lock import (
+    RunDirLockedError,
+    owning_run_dir,
+    writer_active,
+    writer_lock,
+)
 from trainer.runfiles.names import PIPELINE_STATE_FILE, RUN_MANIFEST_FILE, WRITER_LOCK_FILE
+from trainer.train.loop import train
+from trainer.train.options import RunOptions
 
 ROOT = Path(__file__).resolve().parents[3]
 _TAKE = """
@@ -125,3 +142,72 @@ def test_the_run_directory_owning_a_path_is_the_nearest_with_a_run_file(tmp_path
     assert owning_run_dir(pipeline / "export") == pipeline
     (train / RUN_MANIFEST_FILE).write_text("{}")
     assert owning_run_dir(train / "export" / "x") == train
+
+
+def test_writer_active_tells_a_live_holder_from_a_killed_one_and_writes_nothing(tmp_path, request):
+    run = tmp_path / "run"
+    run.mkdir()
+    assert writer_active(run) is False  # no lock file: nobody ever locked it here
+    assert list(run.iterdir()) == [], "the probe created the lock file"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _TAKE, str(run), "hold"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    request.addfinalizer(holder.kill)  # never left holding the lock, whatever fails
+    assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+    record = (run / WRITER_LOCK_FILE).read_bytes()
+    assert writer_active(run) is True
+    holder.send_signal(signal.SIGKILL)  # the kernel drops its flock; its record stays
+    holder.wait(timeout=60)
+    holder.stdout.close()
+    assert writer_active(run) is False
+    assert (run / WRITER_LOCK_FILE).read_bytes() == record, "the probe wrote the lock file"
+    with writer_lock(run, "trainer apply"):  # this process, through another descriptor
+        assert writer_active(run) is True
+
+
+def test_writer_active_cannot_tell_through_a_symlink_and_never_follows_it(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (run / WRITER_LOCK_FILE).symlink_to(victim)
+    assert writer_active(run) is None
+    assert victim.read_text() == "precious"
+
+
+def test_a_probe_in_the_instant_a_writer_locks_never_refuses_the_writer(tmp_path):
+    """A reader's probe holds a shared lock for microseconds; a writer that tries then
+    waits it out (here 20 ms, longer than any probe) instead of refusing. A holder that
+    stays is still refused (test_a_second_writer_is_refused_naming_the_holders_pid)."""
+    run = tmp_path / "run"
+    with writer_lock(run, "trainer apply"):
+        pass  # the lock file exists, nobody holds it
+    probe = os.open(run / WRITER_LOCK_FILE, os.O_RDONLY)
+    fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    threading.Timer(0.02, os.close, args=(probe,)).start()
+    try:
+        with writer_lock(run, "trainer apply"):
+            outcome = "locked"
+    except RunDirLockedError as exc:
+        outcome = str(exc)
+    assert outcome == "locked"
+
+
+def test_the_training_loop_holds_its_run_directorys_lock_from_start_to_end(tmp_path):
+    """A library call of the loop, not only `trainer apply`: a run in progress has a holder
+    (so `trainer runs` can tell it from a killed one) and a second writer is refused."""
+    out = tmp_path / "run"
+    seen = []
+
+    class Watch:
+        def after_step(self, step: int, record: dict) -> None:
+            seen.append((writer_active(out), other_writer(out).returncode if step == 1 else 1))
+
+    data = TensorSequences(random_rows(16, 8, seed=1))
+    config = loop_config({"training.max_steps": 3, "training.epochs": 1})
+    train(config, data, None, options=RunOptions(out_dir=out), hooks=Watch())
+    assert seen == [(True, 1)] * 3  # held at every step; another writer refused
+    assert writer_active(out) is False  # let go when the run ended
